@@ -1,0 +1,796 @@
+"""FlightCache benchmark: flightcache-node vs a pyarrow Flight server vs Redis (+ Arrow IPC).
+
+Everything is measured in one run on this machine with the Python client (pyarrow.flight,
+redis-py), side by side, in interleaved rounds so that a burst of outside load hits every
+system alike. The program starts the servers itself and stops each of them by PID when it
+ends, also on an error, Ctrl-C or SIGTERM (their PIDs are also written to --pidfile so a
+caller can clean up after a SIGKILL).
+
+  latency    p50/p99 of a hit (one DoGet with a ticket built from the key; Redis: GET +
+             IPC decode), of GetFlightInfo + DoGet, and of a put (DoPut; Redis: IPC encode
+             + SET), for each table shape
+  throughput sustained MB/s reading 50,000x8 with 1 and 4 client processes, and tiny-call
+             requests/s (DoAction "ping"; Redis PING) with 1 and 4 client processes
+  memory     node RSS vs the Arrow bytes it holds (stats usedBytes), and the node's peak
+             RSS during a 4-process put storm vs its budget
+
+Usage: python flight_bench.py --node-bin PATH --redis-bin PATH [--quick] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import math
+import platform
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOST = "127.0.0.1"
+MB = 1_000_000
+MiB = 1 << 20
+
+SHAPES = [(200, 7), (1_827, 2), (50_000, 2), (10_000, 8), (50_000, 8)]
+# Shapes where the node must be no slower than Redis + IPC decode.
+REDIS_TARGET_SHAPES = {(50_000, 2), (10_000, 8), (50_000, 8)}
+THROUGHPUT_SHAPE = (50_000, 8)
+
+NODE, PYARROW, REDIS = "node", "pyarrow", "redis"
+LABELS = {NODE: "flightcache-node", PYARROW: "pyarrow Flight", REDIS: "Redis + IPC"}
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass
+class Settings:
+    quick: bool
+    # latency: per (op, shape, system), split over `rounds` interleaved rounds
+    rounds: int = 3
+    cell_seconds: float = 3.0  # measuring time per cell, all rounds together
+    cell_min_iters: int = 200  # taken even if the time is up (bounded by cell_hard_seconds)
+    cell_max_iters: int = 5_000
+    cell_hard_seconds: float = 12.0
+    warmup_iters: int = 20
+    # throughput
+    stream_seconds: float = 8.0
+    tiny_seconds: float = 5.0
+    worker_warmup_seconds: float = 0.5
+    # memory
+    mem_budget: int = 512 * MiB
+    mem_fill: float = 0.9  # fill this share of the budget with 50,000x8 entries (at most 200)
+    storm_budget: int = 256 * MiB
+    storm_seconds: float = 20.0
+    storm_clients: int = 4
+
+    @classmethod
+    def make(cls, quick: bool) -> "Settings":
+        if not quick:
+            return cls(quick=False)
+        return cls(
+            quick=True,
+            rounds=2,
+            cell_seconds=0.5,
+            cell_min_iters=50,
+            cell_max_iters=1_000,
+            cell_hard_seconds=3.0,
+            warmup_iters=5,
+            stream_seconds=2.0,
+            tiny_seconds=1.5,
+            worker_warmup_seconds=0.2,
+            storm_seconds=5.0,
+        )
+
+
+# --------------------------------------------------------------------------- data
+
+
+def make_table(rows: int, cols: int, seed: int = 7) -> pa.Table:
+    """A BI-result-shaped table: columns cycle int64, float64, timestamp[us], utf8 (~8 chars)."""
+    rng = random.Random(seed + rows * 31 + cols)
+    arrays, names = [], []
+    for c in range(cols):
+        kind = c % 4
+        if kind == 0:
+            arr = pa.array([rng.randrange(1 << 40) for _ in range(rows)], pa.int64())
+            names.append(f"id_{c}")
+        elif kind == 1:
+            arr = pa.array([rng.gauss(0.0, 1000.0) for _ in range(rows)], pa.float64())
+            names.append(f"amount_{c}")
+        elif kind == 2:
+            base = 1_700_000_000_000_000
+            arr = pa.array([base + rng.randrange(86_400_000_000 * 365) for _ in range(rows)], pa.timestamp("us"))
+            names.append(f"ts_{c}")
+        else:
+            arr = pa.array([f"k{rng.randrange(10_000_000):07d}" for _ in range(rows)], pa.utf8())
+            names.append(f"label_{c}")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def shape_name(shape: tuple[int, int]) -> str:
+    return f"{shape[0]:,}×{shape[1]}"
+
+
+def shape_key(shape: tuple[int, int]) -> str:
+    return f"bench/{shape[0]}x{shape[1]}"
+
+
+def ipc_bytes(table: pa.Table) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def node_ticket(key: str) -> bytes:
+    """FlightCache ticket v1 for a path key: b"FCT" 0x01 b"P" + key."""
+    return b"FCT\x01P" + key.encode()
+
+
+class FlightSystem:
+    def __init__(self, kind: str, port: int):
+        self.kind = kind
+        self.port = port
+        self.client = flight.connect(f"grpc://{HOST}:{port}")
+
+    def ticket(self, key: str) -> flight.Ticket:
+        return flight.Ticket(node_ticket(key) if self.kind == NODE else key.encode())
+
+    def hit(self, key: str) -> pa.Table:
+        return self.client.do_get(self.ticket(key)).read_all()
+
+    def info_get(self, key: str) -> pa.Table:
+        info = self.client.get_flight_info(flight.FlightDescriptor.for_path(*key.split("/")))
+        return self.client.do_get(info.endpoints[0].ticket).read_all()
+
+    def put(self, key: str, table: pa.Table) -> None:
+        writer, reader = self.client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), table.schema)
+        writer.write_table(table)
+        writer.close()
+
+    def tiny(self) -> None:
+        for _ in self.client.do_action(flight.Action("ping", b"")):
+            pass
+
+    def action_json(self, name: str, body: bytes = b"") -> dict:
+        results = list(self.client.do_action(flight.Action(name, body)))
+        return json.loads(results[0].body.to_pybytes()) if results else {}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RedisSystem:
+    kind = REDIS
+
+    def __init__(self, port: int):
+        import redis
+
+        self.port = port
+        self.r = redis.Redis(host=HOST, port=port)
+
+    def hit(self, key: str) -> pa.Table:
+        data = self.r.get(key)
+        if data is None:
+            raise KeyError(key)
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+    def put(self, key: str, table: pa.Table) -> None:
+        self.r.set(key, memoryview(ipc_bytes(table)))
+
+    def tiny(self) -> None:
+        self.r.ping()
+
+    def close(self) -> None:
+        self.r.close()
+
+
+def connect(kind: str, port: int):
+    return RedisSystem(port) if kind == REDIS else FlightSystem(kind, port)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Processes:
+    """Servers started by this program; each is stopped by its PID."""
+
+    def __init__(self, workdir: str, pidfile: str | None):
+        self.workdir = workdir
+        self.pidfile = pidfile
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir)
+        log.close()
+        self.procs[name] = proc
+        self._write_pidfile()
+        return proc
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self._write_pidfile()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            with open(os.path.join(self.workdir, f"{name}.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _write_pidfile(self) -> None:
+        if self.pidfile:
+            with open(self.pidfile, "w") as f:
+                f.write("".join(f"{p.pid}\n" for p in self.procs.values()))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(procs: Processes, name: str, kind: str, port: int, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        proc = procs.procs[name]
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode} at start:\n{procs.log_tail(name)}")
+        try:
+            system = connect(kind, port)
+            system.tiny()
+            return system
+        except Exception as e:  # not up yet
+            last = e
+            time.sleep(0.1)
+    raise RuntimeError(f"{name} did not answer ping on {HOST}:{port} within {timeout:.0f}s: {last}\n{procs.log_tail(name)}")
+
+
+def start_node(procs: Processes, name: str, node_bin: str, budget: int, max_entry: int):
+    port, mport = free_port(), free_port()
+    procs.start(
+        name,
+        [
+            node_bin,
+            "--listen", f"{HOST}:{port}",
+            "--metrics-listen", f"{HOST}:{mport}",
+            "--memory-budget", format_size(budget),
+            "--max-entry-size", format_size(max_entry),
+        ],
+    )
+    return port, wait_ready(procs, name, NODE, port)
+
+
+def format_size(n: int) -> str:
+    return f"{n // MiB}MiB" if n % MiB == 0 else str(n)
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+# --------------------------------------------------------------------------- latency
+
+
+@dataclass
+class Samples:
+    ns: list[int] = field(default_factory=list)
+
+    def p(self, q: float) -> float:
+        """Percentile q (0..100) in microseconds, nearest-rank."""
+        data = sorted(self.ns)
+        idx = min(len(data) - 1, max(0, math.ceil(q / 100.0 * len(data)) - 1))
+        return data[idx] / 1000.0
+
+
+def timed(fn, out: list[int], seconds: float, max_iters: int, min_iters: int, hard_seconds: float) -> None:
+    """Appends the duration (ns) of fn() calls to out: about `seconds` of calls, at least
+    min_iters of them unless hard_seconds run out first, never more than max_iters."""
+    start = time.perf_counter()
+    soft, hard = start + seconds, start + max(seconds, hard_seconds)
+    n = 0
+    while n < max_iters:
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append(time.perf_counter_ns() - t0)
+        n += 1
+        now = time.perf_counter()
+        if now >= hard or (now >= soft and n >= min_iters):
+            break
+
+
+def measure_latency(systems: dict, tables: dict, settings: Settings, log) -> dict:
+    """results[op][shape][kind] = Samples; ops: hit, info_get, put."""
+    results: dict = {"hit": {}, "info_get": {}, "put": {}}
+    kinds = list(systems)
+    for shape in SHAPES:
+        key = shape_key(shape)
+        table = tables[shape]
+        for op in ("hit", "info_get", "put"):
+            op_kinds = [k for k in kinds if op != "info_get" or k != REDIS]
+            cell = {k: Samples() for k in op_kinds}
+
+            def fn_for(kind):
+                system = systems[kind]
+                if op == "hit":
+                    return lambda: system.hit(key)
+                if op == "info_get":
+                    return lambda: system.info_get(key)
+                put_key = f"bench/put/{shape[0]}x{shape[1]}"
+                return lambda: system.put(put_key, table)
+
+            fns = {k: fn_for(k) for k in op_kinds}
+            for k in op_kinds:  # warm-up
+                for _ in range(settings.warmup_iters):
+                    fns[k]()
+            rounds = settings.rounds
+            for r in range(rounds):
+                order = op_kinds[r % len(op_kinds):] + op_kinds[: r % len(op_kinds)]
+                for k in order:
+                    timed(fns[k], cell[k].ns, settings.cell_seconds / rounds, settings.cell_max_iters // rounds,
+                          -(-settings.cell_min_iters // rounds), settings.cell_hard_seconds / rounds)
+            for k in op_kinds:
+                results[op].setdefault(shape, {})[k] = cell[k]
+            log(
+                f"  {op:8s} {shape_name(shape):>9s}  "
+                + "  ".join(f"{k}: p50 {cell[k].p(50):8.0f}µs p99 {cell[k].p(99):8.0f}µs n={len(cell[k].ns)}" for k in op_kinds)
+            )
+    return results
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def _worker(kind, port, op, key, seconds, warmup, barrier, queue):
+    try:
+        system = connect(kind, port)
+        fn = (lambda: system.hit(key)) if op == "stream" else system.tiny
+        nbytes_per = system.hit(key).nbytes if op == "stream" else 0
+        t_end = time.perf_counter() + warmup
+        while time.perf_counter() < t_end:
+            fn()
+        barrier.wait(timeout=60)
+        count = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while True:
+            fn()
+            count += 1
+            if time.perf_counter() >= deadline:
+                break
+        elapsed = time.perf_counter() - start
+        queue.put(("ok", count, count * nbytes_per, elapsed))
+    except Exception as e:  # reported to the parent
+        queue.put(("error", repr(e), 0, 0.0))
+
+
+def run_workers(kind, port, op, key, clients, seconds, settings: Settings):
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(clients)
+    queue = ctx.Queue()
+    workers = [
+        ctx.Process(target=_worker, args=(kind, port, op, key, seconds, settings.worker_warmup_seconds, barrier, queue), daemon=True)
+        for _ in range(clients)
+    ]
+    for w in workers:
+        w.start()
+    results = []
+    try:
+        for _ in workers:
+            results.append(queue.get(timeout=seconds + 120))
+    finally:
+        for w in workers:
+            w.join(timeout=10)
+            if w.is_alive():
+                w.kill()
+                w.join()
+    errors = [r[1] for r in results if r[0] != "ok"]
+    if errors:
+        raise RuntimeError(f"{kind} {op} worker failed: {errors[0]}")
+    calls_per_s = sum(r[1] / r[3] for r in results)
+    bytes_per_s = sum(r[2] / r[3] for r in results)
+    return calls_per_s, bytes_per_s
+
+
+def measure_throughput(ports: dict, settings: Settings, log) -> dict:
+    """results[(op, clients)][kind] = (calls/s, bytes/s)."""
+    results: dict = {}
+    key = shape_key(THROUGHPUT_SHAPE)
+    for op, seconds in (("stream", settings.stream_seconds), ("tiny", settings.tiny_seconds)):
+        for clients in (1, 4):
+            row = {}
+            for kind, port in ports.items():
+                row[kind] = run_workers(kind, port, op, key, clients, seconds, settings)
+            results[(op, clients)] = row
+            log(
+                f"  {op:6s} {clients} client(s)  "
+                + "  ".join(f"{k}: {v[0]:9.0f} calls/s" + (f" {v[1] / MB:8.1f} MB/s" if op == "stream" else "") for k, v in row.items())
+            )
+    return results
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _storm_worker(port, wid, seconds, barrier, queue):
+    try:
+        system = FlightSystem(NODE, port)
+        table = make_table(*THROUGHPUT_SHAPE, seed=100 + wid)
+        ok = refused = other = 0
+        first_other = ""
+        barrier.wait(timeout=60)
+        deadline = time.perf_counter() + seconds
+        seq = 0
+        while time.perf_counter() < deadline:
+            seq += 1
+            try:
+                system.put(f"storm/{wid}/{seq}", table)
+                ok += 1
+            except (pa.ArrowException, OSError) as e:
+                # pyarrow turns gRPC RESOURCE_EXHAUSTED into ArrowInvalid("gRPC returned
+                # resource exhausted error, with message: ...")
+                text = str(e)
+                if "resource exhausted" in text.lower() or "RESOURCE_EXHAUSTED" in text:
+                    refused += 1
+                else:
+                    other += 1
+                    first_other = first_other or text[:300]
+        queue.put(("ok", ok, refused, other, first_other))
+    except Exception as e:
+        queue.put(("error", repr(e), 0, 0, ""))
+
+
+def measure_memory(procs: Processes, node_bin: str, settings: Settings, log) -> dict:
+    out: dict = {}
+    # 1. RSS vs held Arrow bytes
+    port, node = start_node(procs, "node-mem", node_bin, settings.mem_budget, settings.mem_budget)
+    pid = procs.procs["node-mem"].pid
+    time.sleep(0.5)
+    base = rss_bytes(pid)
+    table = make_table(*THROUGHPUT_SHAPE, seed=42)
+    entries = max(1, min(200, int(settings.mem_fill * settings.mem_budget / table.nbytes)))
+    for i in range(entries):
+        node.put(f"mem/{i}", table)
+    time.sleep(1.0)
+    stats = node.action_json("stats")
+    rss = rss_bytes(pid)
+    used = int(stats.get("usedBytes", 0))
+    out["mem"] = dict(base=base, rss=rss, used=used, entries_put=entries, entries=stats.get("entries"),
+                      budget=settings.mem_budget, entry_bytes=table.nbytes)
+    log(f"  memory: base {base / MiB:.1f} MiB, rss {rss / MiB:.1f} MiB, used {used / MiB:.1f} MiB, entries {stats.get('entries')}")
+    node.close()
+    procs.stop("node-mem")
+
+    # 2. put storm under a small budget
+    max_entry = min(512 * MiB, settings.storm_budget)
+    port, node = start_node(procs, "node-storm", node_bin, settings.storm_budget, max_entry)
+    pid = procs.procs["node-storm"].pid
+    time.sleep(0.5)
+    base = rss_bytes(pid)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(settings.storm_clients + 1)
+    queue = ctx.Queue()
+    workers = [ctx.Process(target=_storm_worker, args=(port, w, settings.storm_seconds, barrier, queue), daemon=True)
+               for w in range(settings.storm_clients)]
+    for w in workers:
+        w.start()
+    samples = []
+    results = []
+    try:
+        barrier.wait(timeout=120)
+        t_end = time.perf_counter() + settings.storm_seconds + 1.0
+        while time.perf_counter() < t_end:
+            samples.append(rss_bytes(pid))
+            time.sleep(0.1)
+        for _ in workers:
+            results.append(queue.get(timeout=120))
+    finally:
+        for w in workers:
+            w.join(timeout=10)
+            if w.is_alive():
+                w.kill()
+                w.join()
+    errors = [r[1] for r in results if r[0] != "ok"]
+    if errors:
+        raise RuntimeError(f"storm worker failed: {errors[0]}")
+    stats = node.action_json("stats")
+    samples.append(rss_bytes(pid))
+    ok = sum(r[1] for r in results)
+    refused = sum(r[2] for r in results)
+    other = sum(r[3] for r in results)
+    first_other = next((r[4] for r in results if r[4]), "")
+    out["storm"] = dict(base=base, max_rss=max(samples), budget=settings.storm_budget, max_entry=max_entry,
+                        puts_ok=ok, refused=refused, other_errors=other, first_other=first_other,
+                        used_after=int(stats.get("usedBytes", 0)), entries_after=stats.get("entries"),
+                        seconds=settings.storm_seconds, samples=len(samples), entry_bytes=table.nbytes)
+    log(f"  storm: base {base / MiB:.1f} MiB, max rss {max(samples) / MiB:.1f} MiB, puts ok {ok}, refused {refused}, other {other}")
+    node.close()
+    procs.stop("node-storm")
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def us(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str], tables: dict) -> str:
+    L = []
+    L.append(f"Mode: {'quick' if meta['quick'] else 'full'} · {meta['date']} · {meta['machine']}")
+    L.append(f"Versions: {meta['versions']}")
+    L.append(f"Load average (1 min) at start {meta['load_start']}, at end {meta['load_end']} · bench time {meta['elapsed']:.0f} s")
+    L.append("")
+    L.append("Latency in µs (p50 / p99), Python client on loopback. `hit` = one DoGet with a ticket built from the key")
+    L.append("(Redis: GET + IPC decode); `info+get` = GetFlightInfo + DoGet; `put` = DoPut of the whole table (Redis: IPC encode + SET).")
+    L.append("")
+
+    def cell(op, shape, kind):
+        s = lat.get(op, {}).get(shape, {}).get(kind)
+        return f"{us(s.p(50))} / {us(s.p(99))}" if s else "n/a"
+
+    for op, title in (("hit", "hit"), ("info_get", "info+get"), ("put", "put")):
+        head = ["shape", "Arrow bytes"] + [f"{LABELS[k]} {title}" for k in kinds]
+        tgt = []
+        if NODE in kinds and PYARROW in kinds:
+            tgt.append("node/pyarrow p50")
+        if op == "hit" and NODE in kinds:
+            if PYARROW in kinds:
+                tgt.append("≤ 0.67× pyarrow")
+            if REDIS in kinds:
+                tgt.append("≤ Redis+IPC")
+        elif op == "info_get" or op == "put":
+            pass
+        head += tgt
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + "|".join(["---"] * len(head)) + "|")
+        for shape in SHAPES:
+            if op == "info_get":
+                row_kinds = [k for k in kinds if k != REDIS]
+            else:
+                row_kinds = kinds
+            row = [shape_name(shape), f"{tables[shape].nbytes:,}"]
+            row += [cell(op, shape, k) if k in row_kinds else "n/a" for k in kinds]
+            if NODE in kinds and PYARROW in kinds:
+                n = lat[op][shape][NODE].p(50)
+                p = lat[op][shape][PYARROW].p(50)
+                row.append(f"{n / p:.2f}×")
+            if op == "hit" and NODE in kinds:
+                n = lat[op][shape][NODE].p(50)
+                if PYARROW in kinds:
+                    p = lat[op][shape][PYARROW].p(50)
+                    row.append(f"{verdict(n <= 0.67 * p)} ({n / p:.2f}×)")
+                if REDIS in kinds:
+                    r = lat[op][shape][REDIS].p(50)
+                    if shape in REDIS_TARGET_SHAPES:
+                        row.append(f"{verdict(n <= r)} ({n / r:.2f}×)")
+                    else:
+                        row.append(f"— ({n / r:.2f}×)")
+            L.append("| " + " | ".join(row) + " |")
+        L.append("")
+
+    L.append(f"Throughput, {shape_name(THROUGHPUT_SHAPE)} ({tables[THROUGHPUT_SHAPE].nbytes:,} Arrow bytes) read in a loop by N client processes;")
+    L.append("tiny calls = DoAction `ping` (Redis: PING). MB = 10^6 bytes of Arrow data received.")
+    L.append("")
+    head = ["measure"] + [LABELS[k] for k in kinds] + (["target", "result"] if NODE in kinds and PYARROW in kinds else [])
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "|".join(["---"] * len(head)) + "|")
+    for (op, clients), row in thr.items():
+        if op == "stream":
+            name = f"read MB/s, {clients} client{'s' if clients > 1 else ''}"
+            vals = [f"{row[k][1] / MB:,.0f}" for k in kinds]
+            extra = ["—", "—"] if NODE in kinds and PYARROW in kinds else []
+        else:
+            name = f"tiny calls/s, {clients} client{'s' if clients > 1 else ''}"
+            vals = [f"{row[k][0]:,.0f}" for k in kinds]
+            extra = []
+            if NODE in kinds and PYARROW in kinds:
+                ratio = row[NODE][0] / row[PYARROW][0]
+                extra = ["≥ 3× pyarrow", f"{verdict(ratio >= 3.0)} ({ratio:.2f}×)"]
+        L.append("| " + " | ".join([name] + vals + extra) + " |")
+    L.append("")
+
+    if mem:
+        m, s = mem["mem"], mem["storm"]
+        L.append("Node memory (VmRSS from /proc/PID/status; used = stats `usedBytes`; base = RSS of the same node empty).")
+        L.append("")
+        L.append("| measure | value | target | result |")
+        L.append("|---|---|---|---|")
+        limit = 1.05 * m["used"] + m["base"]
+        L.append(f"| RSS vs held bytes: budget {m['budget'] // MiB} MiB, {m['entries_put']} puts of {shape_name(THROUGHPUT_SHAPE)} "
+                 f"→ {m['entries']} entries | RSS {m['rss'] / MiB:,.1f} MiB, used {m['used'] / MiB:,.1f} MiB, base {m['base'] / MiB:,.1f} MiB, "
+                 f"RSS/used {m['rss'] / max(1, m['used']):.3f}, (RSS−base)/used {(m['rss'] - m['base']) / max(1, m['used']):.3f} "
+                 f"| RSS ≤ 1.05×used + base = {limit / MiB:,.1f} MiB | {verdict(m['rss'] <= limit)} |")
+        limit = s["budget"] + s["base"]
+        L.append(f"| put storm: {4} processes, distinct keys of {shape_name(THROUGHPUT_SHAPE)}, {s['seconds']:.0f} s, budget {s['budget'] // MiB} MiB "
+                 f"(max entry {s['max_entry'] // MiB} MiB), RSS sampled every 100 ms ({s['samples']} samples) "
+                 f"| max RSS {s['max_rss'] / MiB:,.1f} MiB (base {s['base'] / MiB:,.1f} MiB); puts ok {s['puts_ok']:,}, "
+                 f"RESOURCE_EXHAUSTED {s['refused']:,}, other errors {s['other_errors']:,}; after: used {s['used_after'] / MiB:,.1f} MiB, "
+                 f"{s['entries_after']} entries | max RSS ≤ budget + base = {limit / MiB:,.1f} MiB | {verdict(s['max_rss'] <= limit)} |")
+        if s["first_other"]:
+            L.append("")
+            L.append(f"First non-RESOURCE_EXHAUSTED put error in the storm: `{s['first_other']}`")
+        L.append("")
+    return "\n".join(L)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load1() -> str:
+    try:
+        return open("/proc/loadavg").read().split()[0]
+    except OSError:
+        return "?"
+
+
+def tool_version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except Exception:
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--node-bin", help="flightcache-node binary (release build)")
+    parser.add_argument("--redis-bin", default="redis-server")
+    parser.add_argument("--systems", default="node,pyarrow,redis", help="comma list of node, pyarrow, redis")
+    parser.add_argument("--quick", action="store_true", help="short run (~1-2 min) for CI smoke")
+    parser.add_argument("--skip-memory", action="store_true", help="leave out the node memory measurements")
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    parser.add_argument("--pidfile", help="keep the PIDs of the started servers in this file")
+    parser.add_argument("--workdir", help="server logs go here (default: a temporary directory)")
+    args = parser.parse_args()
+
+    kinds = [k for k in (NODE, PYARROW, REDIS) if k in args.systems.split(",")]
+    if NODE in kinds and not args.node_bin:
+        parser.error("--node-bin is required when the node is benchmarked")
+    settings = Settings.make(args.quick)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="flightcache-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    procs = Processes(workdir, args.pidfile)
+    atexit.register(procs.stop_all)
+
+    def on_signal(signum, frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    load_start = load1()
+    try:
+        log(f"bench: building tables; server logs in {workdir}")
+        tables = {shape: make_table(*shape) for shape in SHAPES}
+
+        ports, systems = {}, {}
+        if NODE in kinds:
+            port, sysm = start_node(procs, "node", args.node_bin, 2 << 30, 512 * MiB)
+            ports[NODE], systems[NODE] = port, sysm
+        if PYARROW in kinds:
+            port = free_port()
+            procs.start("pyarrow", [sys.executable, os.path.join(HERE, "pyarrow_server.py"), "--port", str(port)])
+            ports[PYARROW], systems[PYARROW] = port, wait_ready(procs, "pyarrow", PYARROW, port)
+        if REDIS in kinds:
+            port = free_port()
+            procs.start("redis", [args.redis_bin, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no",
+                                  "--dir", workdir, "--daemonize", "no", "--protected-mode", "yes"])
+            ports[REDIS], systems[REDIS] = port, wait_ready(procs, "redis", REDIS, port)
+        log(f"bench: servers up: {ports}")
+
+        for kind, system in systems.items():  # load and check every table
+            for shape, table in tables.items():
+                system.put(shape_key(shape), table)
+                got = system.hit(shape_key(shape))
+                if not got.equals(table):
+                    raise RuntimeError(f"{kind} returned a different table for {shape_key(shape)}")
+                if kind != REDIS and not system.info_get(shape_key(shape)).equals(table):
+                    raise RuntimeError(f"{kind} GetFlightInfo + DoGet returned a different table for {shape_key(shape)}")
+        if NODE in systems:
+            stats = systems[NODE].action_json("stats")
+            log(f"bench: node stats after load: {stats}")
+
+        log("bench: latency")
+        lat = measure_latency(systems, tables, settings, log)
+        log("bench: throughput")
+        thr = measure_throughput(ports, settings, log)
+        for system in systems.values():
+            system.close()
+        for kind in list(ports):
+            procs.stop(kind)
+
+        mem = None
+        if NODE in kinds and not args.skip_memory:
+            log("bench: node memory")
+            mem = measure_memory(procs, args.node_bin, settings, log)
+
+        versions = [f"pyarrow {pa.__version__}", f"Python {platform.python_version()}"]
+        try:
+            import redis
+
+            versions.append(f"redis-py {redis.__version__}")
+        except ImportError:
+            pass
+        if REDIS in kinds:
+            versions.append(tool_version([args.redis_bin, "--version"]))
+        if NODE in kinds:
+            versions.append(tool_version([args.node_bin, "--version"]))
+        meta = dict(
+            quick=settings.quick,
+            date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            machine=f"{os.cpu_count()} cores, {cpu_model()}, {platform.system()} {platform.release()}",
+            versions=", ".join(versions),
+            load_start=load_start,
+            load_end=load1(),
+            elapsed=time.monotonic() - started,
+        )
+        report = render(meta, lat, thr, mem, kinds, tables)
+        print(report)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(report + "\n")
+        return 0
+    finally:
+        procs.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
