@@ -1,0 +1,3 @@
+module flightcache.dev/e2e/helpers/probe
+
+go 1.24.0

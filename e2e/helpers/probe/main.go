@@ -1,0 +1,134 @@
+// Command probe is the e2e smoke test's static helper (standard library only).
+//
+//	probe serve [ADDR]   HTTP on ADDR (default :8080): "/" answers "<hostname>\n", "/healthz" "ok"
+//	probe get URL        GET URL, print the body; exit 1 unless 200
+//	probe kube-api       from inside a pod: call the API server through the `kubernetes`
+//	                     Service (https://kubernetes.default.svc) with the pod's service
+//	                     account token, verify TLS with the mounted CA, print who we are
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"time"
+)
+
+const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func main() {
+	log.SetFlags(0)
+	if len(os.Args) < 2 {
+		log.Fatal("usage: probe serve [ADDR] | get URL | kube-api")
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		addr := ":8080"
+		if len(os.Args) > 2 {
+			addr = os.Args[2]
+		}
+		err = serve(addr)
+	case "get":
+		if len(os.Args) != 3 {
+			log.Fatal("usage: probe get URL")
+		}
+		err = get(os.Args[2])
+	case "kube-api":
+		err = kubeAPI()
+	default:
+		log.Fatalf("probe: unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		log.Fatalf("probe %s: %v", os.Args[1], err)
+	}
+}
+
+func serve(addr string) error {
+	host, _ := os.Hostname()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		log.Printf("%s %s from %s", r.Method, r.URL.Path, r.RemoteAddr)
+		fmt.Fprintln(w, host)
+	})
+	log.Printf("probe serving on %s as %s", addr, host)
+	return http.ListenAndServe(addr, mux)
+}
+
+func get(url string) error {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	os.Stdout.Write(body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// kubeAPI posts a SelfSubjectReview, which every authenticated identity may create,
+// so the answer proves DNS, the Service, TLS verification and token authentication.
+func kubeAPI() error {
+	token, err := os.ReadFile(saDir + "/token")
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(saDir + "/ca.crt")
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("no certificate in %s/ca.crt", saDir)
+	}
+	client := http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	url := "https://kubernetes.default.svc/apis/authentication.k8s.io/v1/selfsubjectreviews"
+	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, answer)
+	}
+	var review struct {
+		Status struct {
+			UserInfo struct {
+				Username string `json:"username"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(answer, &review); err != nil {
+		return err
+	}
+	fmt.Printf("apiserver says I am %s\n", review.Status.UserInfo.Username)
+	return nil
+}
