@@ -1,0 +1,426 @@
+//! The node's one typed configuration: flags, environment and config file, validated.
+//!
+//! Precedence at start: built-in defaults < `--config FILE` < environment variables and
+//! flags. After start, live fields change only through an applied config document
+//! (the `configure` action or a changed config file; see `live.rs`). Parsing happens here,
+//! at the edge; nothing later reads the environment or parses strings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use crds::node_config::{EvictionPolicy, NodeConfig, NodeConfigError, TtlMode};
+use crds::quantity::{format_bytes, parse_bytes, parse_duration};
+
+use crate::store::{self, StoreConfig};
+
+/// Default Flight listen address: loopback, so a first run exposes nothing.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+/// Default metrics listen address.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9095";
+const DEFAULT_MAX_ENTRIES: u64 = 100_000;
+const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
+const DEFAULT_MAX_ENTRY_SIZE: u64 = 64 << 20;
+const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Command line of `flightcache-node`. Every flag can also be set by its environment
+/// variable or by the same-named field of the config file.
+#[derive(Debug, Parser)]
+#[command(
+    name = "flightcache-node",
+    version,
+    about = "Arrow Flight result cache node"
+)]
+pub struct Cli {
+    /// Flight (gRPC) listen address.
+    #[arg(long, env = "FLIGHTCACHE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Prometheus /metrics listen address.
+    #[arg(long, env = "FLIGHTCACHE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Maximum number of cached entries [default: 100000].
+    #[arg(long, env = "FLIGHTCACHE_MAX_ENTRIES")]
+    pub max_entries: Option<u64>,
+    /// Byte budget for cached Arrow data, e.g. 512MiB, 2Gi [default: 256MiB].
+    #[arg(long, env = "FLIGHTCACHE_MEMORY_BUDGET", value_parser = parse_bytes)]
+    pub memory_budget: Option<u64>,
+    /// Largest single entry, e.g. 64MiB [default: 64MiB, at most the budget].
+    #[arg(long, env = "FLIGHTCACHE_MAX_ENTRY_SIZE", value_parser = parse_bytes)]
+    pub max_entry_size: Option<u64>,
+    /// Default time-to-live of an entry, e.g. 30s, 15m, 1h [default: 1h].
+    #[arg(long, env = "FLIGHTCACHE_TTL", value_parser = parse_duration)]
+    pub ttl: Option<Duration>,
+    /// absolute (expire ttl after the write) or sliding (re-warmed on read) [default: absolute].
+    #[arg(long, env = "FLIGHTCACHE_TTL_MODE")]
+    pub ttl_mode: Option<TtlMode>,
+    /// Eviction policy: lru or tinylfu [default: tinylfu].
+    #[arg(long, env = "FLIGHTCACHE_EVICTION")]
+    pub eviction: Option<EvictionPolicy>,
+    /// JSON node config file; re-read when it changes (live fields only).
+    #[arg(long, env = "FLIGHTCACHE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// File with the bearer token clients must present; no file means no auth.
+    #[arg(long, env = "FLIGHTCACHE_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// How long in-flight streams may finish after SIGTERM [default: 20s].
+    #[arg(long, env = "FLIGHTCACHE_SHUTDOWN_GRACE", value_parser = parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+    /// Log format: text or json [default: text].
+    #[arg(long, env = "FLIGHTCACHE_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (in cluster).
+    Json,
+}
+
+/// A configuration that cannot start the node; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file has a bad field.
+    #[error("config file {path} is invalid")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Which field and why.
+        #[source]
+        source: NodeConfigError,
+    },
+    /// A field holds an unusable value.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// Flag / field name.
+        field: &'static str,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+    /// The auth token file could not be used.
+    #[error("auth-token-file {path}: {reason}")]
+    AuthToken {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The validated configuration `server::run` starts from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Flight listen address.
+    pub listen: SocketAddr,
+    /// Metrics listen address.
+    pub metrics_listen: SocketAddr,
+    /// Store limits and policies.
+    pub store: StoreConfig,
+    /// Config generation the node starts at (0 without a file generation).
+    pub generation: u64,
+    /// The config file to watch, if any.
+    pub config_file: Option<PathBuf>,
+    /// Bearer token clients must present, if auth is on.
+    pub auth_token: Option<String>,
+    /// Grace period for in-flight streams at shutdown.
+    pub shutdown_grace: Duration,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Parses flags and environment, reads the config file, validates.
+    ///
+    /// # Errors
+    /// clap exits itself on bad flags; otherwise [`ConfigError`] naming the field.
+    pub fn load() -> Result<Self, ConfigError> {
+        Self::from_cli(Cli::parse())
+    }
+
+    /// Builds the configuration from parsed flags (tests call this directly).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the field.
+    pub fn from_cli(cli: Cli) -> Result<Self, ConfigError> {
+        let Cli {
+            listen,
+            metrics_listen,
+            max_entries,
+            memory_budget,
+            max_entry_size,
+            ttl,
+            ttl_mode,
+            eviction,
+            config,
+            auth_token_file,
+            shutdown_grace,
+            log_format,
+        } = cli;
+        let file = match &config {
+            Some(path) => read_config_file(path)?,
+            None => NodeConfig::default(),
+        };
+        let config_path = config.clone().unwrap_or_default();
+        let file_err = |source| ConfigError::File {
+            path: config_path.clone(),
+            source,
+        };
+        let listen = pick_addr("listen", listen, file.listen.as_deref(), DEFAULT_LISTEN)?;
+        let metrics_listen = pick_addr(
+            "metrics-listen",
+            metrics_listen,
+            file.metrics_listen.as_deref(),
+            DEFAULT_METRICS_LISTEN,
+        )?;
+        let budget_bytes = memory_budget
+            .or(file.memory_budget_bytes().map_err(file_err)?)
+            .unwrap_or(DEFAULT_MEMORY_BUDGET);
+        let max_entry_bytes = max_entry_size
+            .or(file.max_entry_size_bytes().map_err(file_err)?)
+            .unwrap_or(DEFAULT_MAX_ENTRY_SIZE.min(budget_bytes));
+        let store = StoreConfig {
+            max_entries: max_entries
+                .or(file.max_entries)
+                .unwrap_or(DEFAULT_MAX_ENTRIES),
+            budget_bytes,
+            max_entry_bytes,
+            ttl: ttl
+                .or(file.ttl_duration().map_err(file_err)?)
+                .unwrap_or(DEFAULT_TTL),
+            ttl_mode: store_ttl_mode(ttl_mode.or(file.ttl_mode).unwrap_or(TtlMode::Absolute)),
+            eviction: store_eviction(
+                eviction
+                    .or(file.eviction)
+                    .unwrap_or(EvictionPolicy::Tinylfu),
+            ),
+        };
+        validate_store(&store)?;
+        let auth_token_file = auth_token_file.or(file.auth_token_file.as_ref().map(PathBuf::from));
+        let auth_token = auth_token_file.map(|path| read_token(&path)).transpose()?;
+        Ok(Self {
+            listen,
+            metrics_listen,
+            store,
+            generation: file.generation.unwrap_or(0),
+            config_file: config,
+            auth_token,
+            shutdown_grace: shutdown_grace
+                .or(file.shutdown_grace_duration().map_err(file_err)?)
+                .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            log_format,
+        })
+    }
+}
+
+/// Reads and parses a node config file.
+///
+/// # Errors
+/// [`ConfigError::ReadFile`] or [`ConfigError::File`].
+pub fn read_config_file(path: &std::path::Path) -> Result<NodeConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    NodeConfig::from_json(&text).map_err(|source| ConfigError::File {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Checks the store limits with messages that name the flag / field.
+///
+/// # Errors
+/// [`ConfigError::Invalid`].
+pub fn validate_store(store: &StoreConfig) -> Result<(), ConfigError> {
+    if store.max_entries == 0 {
+        return Err(ConfigError::Invalid {
+            field: "max-entries (maxEntries)",
+            reason: "must be at least 1".into(),
+        });
+    }
+    if store.budget_bytes < (1 << 20) {
+        return Err(ConfigError::Invalid {
+            field: "memory-budget (memoryBudget)",
+            reason: format!(
+                "{} is too small; the budget must be at least 1MiB",
+                format_bytes(store.budget_bytes)
+            ),
+        });
+    }
+    if store.max_entry_bytes == 0 || store.max_entry_bytes > store.budget_bytes {
+        return Err(ConfigError::Invalid {
+            field: "max-entry-size (maxEntrySize)",
+            reason: format!(
+                "{} must be more than 0 and at most the memory budget ({})",
+                format_bytes(store.max_entry_bytes),
+                format_bytes(store.budget_bytes)
+            ),
+        });
+    }
+    if store.ttl.is_zero() {
+        return Err(ConfigError::Invalid {
+            field: "ttl",
+            reason: "must be longer than 0s".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The store's TTL mode for the contract's.
+pub fn store_ttl_mode(mode: TtlMode) -> store::TtlMode {
+    match mode {
+        TtlMode::Absolute => store::TtlMode::Absolute,
+        TtlMode::Sliding => store::TtlMode::Sliding,
+    }
+}
+
+/// The store's eviction policy for the contract's.
+pub fn store_eviction(policy: EvictionPolicy) -> store::EvictionPolicy {
+    match policy {
+        EvictionPolicy::Lru => store::EvictionPolicy::Lru,
+        EvictionPolicy::Tinylfu => store::EvictionPolicy::TinyLfu,
+    }
+}
+
+fn pick_addr(
+    field: &'static str,
+    flag: Option<SocketAddr>,
+    file: Option<&str>,
+    default: &str,
+) -> Result<SocketAddr, ConfigError> {
+    if let Some(addr) = flag {
+        return Ok(addr);
+    }
+    let text = file.unwrap_or(default);
+    text.parse().map_err(|_| ConfigError::Invalid {
+        field,
+        reason: format!("'{text}' is not a socket address such as 127.0.0.1:50051"),
+    })
+}
+
+fn read_token(path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|err| ConfigError::AuthToken {
+        path: path.to_owned(),
+        reason: err.to_string(),
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(ConfigError::AuthToken {
+            path: path.to_owned(),
+            reason: "the file is empty".into(),
+        });
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::AuthToken {
+            path: path.to_owned(),
+            reason: "the token must be printable ASCII without spaces".into(),
+        });
+    }
+    Ok(token.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn cli(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("flightcache-node").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_serve_on_loopback() {
+        let config = Config::from_cli(cli(&[]).unwrap()).unwrap();
+        assert_eq!(config.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert!(config.listen.ip().is_loopback() && config.metrics_listen.ip().is_loopback());
+        assert_eq!(config.store.budget_bytes, 256 << 20);
+        assert_eq!(config.store.max_entry_bytes, 64 << 20);
+        assert!(config.auth_token.is_none());
+    }
+
+    #[test]
+    fn flags_parse_units_and_name_bad_values() {
+        let config = Config::from_cli(
+            cli(&[
+                "--memory-budget",
+                "512MiB",
+                "--ttl",
+                "15m",
+                "--ttl-mode",
+                "sliding",
+                "--eviction",
+                "lru",
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(config.store.budget_bytes, 512 << 20);
+        assert_eq!(config.store.ttl, Duration::from_secs(900));
+        assert_eq!(config.store.ttl_mode, store::TtlMode::Sliding);
+        assert_eq!(config.store.eviction, store::EvictionPolicy::Lru);
+        let err = cli(&["--memory-budget", "lots"]).unwrap_err().to_string();
+        assert!(
+            err.contains("--memory-budget") && err.contains("not a byte size"),
+            "{err}"
+        );
+        let err = cli(&["--eviction", "random"]).unwrap_err().to_string();
+        assert!(
+            err.contains("--eviction") && err.contains("lru or tinylfu"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cross_field_rules_name_the_field() {
+        let err = Config::from_cli(
+            cli(&["--memory-budget", "8MiB", "--max-entry-size", "16MiB"]).unwrap(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("max-entry-size"), "{err}");
+        let err = Config::from_cli(cli(&["--max-entries", "0"]).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("max-entries"), "{err}");
+        let err = Config::from_cli(cli(&["--ttl", "0s"]).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("ttl"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_the_file_and_the_file_overrides_defaults() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            file,
+            r#"{{"generation": 7, "ttl": "2h", "maxEntries": 42, "memoryBudget": "128MiB"}}"#
+        )
+        .unwrap();
+        let path = file.path().to_str().unwrap();
+        let config =
+            Config::from_cli(cli(&["--config", path, "--max-entries", "9"]).unwrap()).unwrap();
+        assert_eq!(config.generation, 7);
+        assert_eq!(config.store.ttl, Duration::from_secs(7200));
+        assert_eq!(config.store.max_entries, 9);
+        assert_eq!(config.store.budget_bytes, 128 << 20);
+    }
+
+    #[test]
+    fn a_bad_config_file_names_the_field() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        write!(file, r#"{{"memoryBudget": "12 parsecs"}}"#).unwrap();
+        let path = file.path().to_str().unwrap();
+        let err = Config::from_cli(cli(&["--config", path]).unwrap()).unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(chain.contains("memoryBudget"), "{chain}");
+    }
+}

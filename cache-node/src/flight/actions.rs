@@ -1,0 +1,168 @@
+//! DoAction and ListActions: the node's admin actions.
+//!
+//! | type | body | result (JSON unless noted) |
+//! |---|---|---|
+//! | `ping` | empty | the bytes `pong` |
+//! | `invalidate` | a path key (`reports/daily`) or a ticket (`FCT\x01…`, any key kind) | `{"removed": true}` |
+//! | `invalidate-prefix` | a non-empty path prefix (`reports/`) | `{"removed": 12}` |
+//! | `clear` | empty | `{"removed": 40}` |
+//! | `stats` | empty | store counters, limits and the running config generation |
+//! | `configure` | a node config document with live fields only (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0}` |
+
+use bytes::Bytes;
+use crds::node_config::NodeConfig;
+use crds::quantity::format_duration;
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::flight::ticket::CacheTicket;
+use crate::key::CacheKey;
+use crate::live::{LiveConfig, chain};
+use crate::store::{RemovalCause, Store};
+
+/// An action this node offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeAction {
+    /// Liveness check.
+    Ping,
+    /// Remove one key.
+    Invalidate,
+    /// Remove every path key with a prefix.
+    InvalidatePrefix,
+    /// Remove everything.
+    Clear,
+    /// Counters and limits as JSON.
+    Stats,
+    /// Apply a live config document.
+    Configure,
+}
+
+impl NodeAction {
+    /// Every action, in ListActions order.
+    pub const ALL: [Self; 6] = [
+        Self::Ping,
+        Self::Invalidate,
+        Self::InvalidatePrefix,
+        Self::Clear,
+        Self::Stats,
+        Self::Configure,
+    ];
+
+    /// The action type string.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::Invalidate => "invalidate",
+            Self::InvalidatePrefix => "invalidate-prefix",
+            Self::Clear => "clear",
+            Self::Stats => "stats",
+            Self::Configure => "configure",
+        }
+    }
+
+    /// ListActions description.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Ping => "Answer 'pong'.",
+            Self::Invalidate => {
+                "Remove one entry. Body: a path key like 'reports/daily', or a ticket."
+            }
+            Self::InvalidatePrefix => {
+                "Remove every path entry starting with the body, e.g. 'reports/'."
+            }
+            Self::Clear => "Remove every entry.",
+            Self::Stats => "Return counters, limits and the config generation as JSON.",
+            Self::Configure => {
+                "Apply a node config JSON document with live fields (generation, maxEntries, \
+                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction)."
+            }
+        }
+    }
+
+    /// Looks up an action type.
+    ///
+    /// # Errors
+    /// [`Error::UnknownAction`].
+    pub fn parse(name: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|action| action.name() == name)
+            .ok_or_else(|| Error::UnknownAction(name.to_owned()))
+    }
+}
+
+/// Runs `action` with `body` and returns the result body.
+///
+/// # Errors
+/// [`Error::BadActionBody`] for a body the action cannot use; configure errors.
+pub fn run(action: NodeAction, body: &Bytes, store: &Store, live: &LiveConfig) -> Result<Bytes> {
+    let bad_body = |reason: &str| Error::BadActionBody {
+        action: action.name(),
+        reason: reason.to_owned(),
+    };
+    let result = match action {
+        NodeAction::Ping => return Ok(Bytes::from_static(b"pong")),
+        NodeAction::Invalidate => {
+            let key = if CacheTicket::looks_like_ticket(body) {
+                CacheTicket::try_decode(body)?.key
+            } else {
+                let path = std::str::from_utf8(body).map_err(|_| {
+                    bad_body("a path key must be UTF-8; send a ticket for command keys")
+                })?;
+                if path.is_empty() {
+                    return Err(bad_body("name the key to remove, e.g. 'reports/daily'"));
+                }
+                CacheKey::Path(path.to_owned())
+            };
+            json!({ "removed": store.invalidate(&key.to_store_bytes()) })
+        }
+        NodeAction::InvalidatePrefix => {
+            let prefix =
+                std::str::from_utf8(body).map_err(|_| bad_body("the prefix must be UTF-8"))?;
+            if prefix.is_empty() {
+                return Err(bad_body(
+                    "the prefix is empty; use the 'clear' action to remove everything",
+                ));
+            }
+            json!({ "removed": store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)) })
+        }
+        NodeAction::Clear => json!({ "removed": store.clear() }),
+        NodeAction::Stats => stats_json(store, live),
+        NodeAction::Configure => {
+            let text =
+                std::str::from_utf8(body).map_err(|_| bad_body("the body must be UTF-8 JSON"))?;
+            let doc = NodeConfig::from_json(text).map_err(|err| bad_body(&chain(&err)))?;
+            doc.ensure_live_only()
+                .map_err(|err| bad_body(&err.to_string()))?;
+            serde_json::to_value(live.apply(&doc, store)?).unwrap_or_default()
+        }
+    };
+    Ok(Bytes::from(result.to_string()))
+}
+
+/// The `stats` document.
+pub fn stats_json(store: &Store, live: &LiveConfig) -> serde_json::Value {
+    let stats = store.stats();
+    let config = live.store_config();
+    let evictions: serde_json::Map<String, serde_json::Value> = RemovalCause::ALL
+        .into_iter()
+        .map(|cause| (cause.as_str().to_owned(), stats.evictions.get(cause).into()))
+        .collect();
+    json!({
+        "generation": live.generation(),
+        "entries": stats.entries,
+        "usedBytes": stats.used_bytes,
+        "reservedBytes": stats.reserved_bytes,
+        "budgetBytes": stats.budget_bytes,
+        "maxEntries": stats.max_entries,
+        "maxEntryBytes": config.max_entry_bytes,
+        "ttl": format_duration(config.ttl),
+        "ttlMode": format!("{:?}", config.ttl_mode).to_lowercase(),
+        "eviction": format!("{:?}", config.eviction).to_lowercase(),
+        "hits": stats.hits,
+        "misses": stats.misses,
+        "inserts": stats.inserts,
+        "rejectedPuts": stats.rejected_puts,
+        "evictions": evictions,
+    })
+}

@@ -1,0 +1,333 @@
+//! The Flight adapter: decode the request, call the store, encode the answer.
+//!
+//! Offered: Handshake, DoPut, DoGet, GetFlightInfo, GetSchema, ListFlights, DoAction,
+//! ListActions. DoExchange and PollFlightInfo answer UNIMPLEMENTED. Every call is
+//! authorised (`auth.rs`), timed into the RPC metrics and mapped to a gRPC status in
+//! one place (`error.rs`).
+
+pub mod actions;
+pub mod auth;
+pub mod put;
+pub mod ticket;
+
+use std::sync::Arc;
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use arrow_ipc::writer::IpcWriteOptions;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::json;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::error::Error;
+use crate::key::CacheKey;
+use crate::live::LiveConfig;
+use crate::metrics::Metrics;
+use crate::store::{Entry, Store};
+use auth::Auth;
+use ticket::CacheTicket;
+
+/// Every streaming answer of the service.
+pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
+
+/// Largest FlightData message the node sends; keeps every message well under gRPC's
+/// default 4 MiB limit whatever the batch size.
+pub const MAX_FLIGHT_DATA_BYTES: usize = 2 << 20;
+
+/// The Flight service of one cache node.
+#[derive(Debug, Clone)]
+pub struct FlightCacheService {
+    store: Arc<Store>,
+    live: Arc<LiveConfig>,
+    metrics: Arc<Metrics>,
+    auth: Auth,
+}
+
+impl FlightCacheService {
+    /// A service over `store`.
+    pub fn new(
+        store: Arc<Store>,
+        live: Arc<LiveConfig>,
+        metrics: Arc<Metrics>,
+        auth: Auth,
+    ) -> Self {
+        Self {
+            store,
+            live,
+            metrics,
+            auth,
+        }
+    }
+
+    fn flight_info(&self, key: &CacheKey, entry: &Entry) -> Result<FlightInfo, Error> {
+        let ticket = CacheTicket::new(key.clone()).encode();
+        let remaining = entry.expires_at().saturating_sub(self.store.now());
+        let metadata = json!({
+            "ttlRemainingMs": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            "hits": entry.hits(),
+        });
+        let info = FlightInfo::new()
+            .try_with_schema(entry.schema())
+            .map_err(|e| Error::Encode(e.into()))?
+            .with_descriptor(key.to_descriptor())
+            .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+            .with_total_records(i64::try_from(entry.total_rows()).unwrap_or(i64::MAX))
+            .with_total_bytes(i64::try_from(entry.weight_bytes()).unwrap_or(i64::MAX))
+            .with_ordered(true)
+            .with_app_metadata(Bytes::from(metadata.to_string()));
+        Ok(info)
+    }
+
+    fn lookup_for_info(
+        &self,
+        descriptor: &FlightDescriptor,
+    ) -> Result<(CacheKey, Arc<Entry>), Error> {
+        let key = CacheKey::from_descriptor(descriptor)?;
+        match self.store.peek(&key.to_store_bytes()) {
+            Some(entry) => Ok((key, entry)),
+            None => Err(Error::UnknownKey {
+                key: key.to_string(),
+            }),
+        }
+    }
+}
+
+/// Finishes `timer` with the outcome of `result` and converts errors to a Status.
+fn finish<T>(timer: crate::metrics::RpcTimer, result: Result<T, Error>) -> Result<T, Status> {
+    match result {
+        Ok(value) => {
+            timer.finish(Code::Ok);
+            Ok(value)
+        }
+        Err(err) => {
+            timer.finish(err.code());
+            Err(err.into())
+        }
+    }
+}
+
+/// Records `timer` when `stream` ends: OK at its end, the code of its first error, or
+/// CANCELLED (by the timer's drop) when the client goes away mid-stream.
+fn timed<T, S>(stream: S, timer: crate::metrics::RpcTimer) -> FlightStream<T>
+where
+    T: Send + 'static,
+    S: futures::Stream<Item = Result<T, Status>> + Send + 'static,
+{
+    futures::stream::unfold(
+        (stream.boxed(), Some(timer)),
+        |(mut stream, mut timer)| async move {
+            match stream.next().await {
+                Some(Ok(item)) => Some((Ok(item), (stream, timer))),
+                Some(Err(status)) => {
+                    if let Some(timer) = timer.take() {
+                        timer.finish(status.code());
+                    }
+                    Some((Err(status), (stream, timer)))
+                }
+                None => {
+                    if let Some(timer) = timer.take() {
+                        timer.finish(Code::Ok);
+                    }
+                    None
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+#[tonic::async_trait]
+impl FlightService for FlightCacheService {
+    type HandshakeStream = FlightStream<HandshakeResponse>;
+    type ListFlightsStream = FlightStream<FlightInfo>;
+    type DoGetStream = FlightStream<FlightData>;
+    type DoPutStream = FlightStream<PutResult>;
+    type DoExchangeStream = FlightStream<FlightData>;
+    type DoActionStream = FlightStream<arrow_flight::Result>;
+    type ListActionsStream = FlightStream<ActionType>;
+
+    async fn handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        let timer = self.metrics.rpc("Handshake");
+        let metadata = request.metadata().clone();
+        let mut input = request.into_inner();
+        let first = input.message().await.ok().flatten().unwrap_or_default();
+        let result = self
+            .auth
+            .handshake(&metadata, &first.payload)
+            .map(|header| {
+                let reply = HandshakeResponse {
+                    protocol_version: first.protocol_version,
+                    payload: header
+                        .as_deref()
+                        .and_then(|h| h.strip_prefix("Bearer "))
+                        .map(|t| Bytes::copy_from_slice(t.as_bytes()))
+                        .unwrap_or_default(),
+                };
+                let stream: Self::HandshakeStream = futures::stream::iter([Ok(reply)]).boxed();
+                let mut response = Response::new(stream);
+                if let Some(value) = header.and_then(|h| h.parse().ok()) {
+                    response.metadata_mut().insert("authorization", value);
+                }
+                response
+            });
+        finish(timer, result)
+    }
+
+    async fn list_flights(
+        &self,
+        request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        let timer = self.metrics.rpc("ListFlights");
+        let result = (|| {
+            self.auth.check(request.metadata())?;
+            let expression = &request.get_ref().expression;
+            let prefix = if expression.is_empty() {
+                Bytes::new()
+            } else {
+                let text = std::str::from_utf8(expression).map_err(|_| {
+                    Error::BadDescriptor("ListFlights criteria must be a UTF-8 path prefix".into())
+                })?;
+                CacheKey::path_prefix_store_bytes(text)
+            };
+            let mut infos = Vec::new();
+            for (store_key, entry) in self.store.list(&prefix) {
+                let key = CacheKey::try_from_store_bytes(&store_key)?;
+                infos.push(Ok(self.flight_info(&key, &entry)?));
+            }
+            Ok(Response::new(futures::stream::iter(infos).boxed()))
+        })();
+        finish(timer, result)
+    }
+
+    async fn get_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let timer = self.metrics.rpc("GetFlightInfo");
+        let result = self.auth.check(request.metadata()).and_then(|()| {
+            let (key, entry) = self.lookup_for_info(request.get_ref())?;
+            Ok(Response::new(self.flight_info(&key, &entry)?))
+        });
+        finish(timer, result)
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        let timer = self.metrics.rpc("PollFlightInfo");
+        finish(
+            timer,
+            Err(Error::Unimplemented("PollFlightInfo (use GetFlightInfo)")),
+        )
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        let timer = self.metrics.rpc("GetSchema");
+        let result = self.auth.check(request.metadata()).and_then(|()| {
+            let (_, entry) = self.lookup_for_info(request.get_ref())?;
+            let options = IpcWriteOptions::default();
+            let schema = SchemaAsIpc::new(entry.schema(), &options);
+            let result = SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))?;
+            Ok(Response::new(result))
+        });
+        finish(timer, result)
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        let timer = self.metrics.rpc("DoGet");
+        let looked_up = self.auth.check(request.metadata()).and_then(|()| {
+            let ticket = CacheTicket::try_decode(&request.get_ref().ticket)?;
+            let store_key = ticket.key.to_store_bytes();
+            self.store.get(&store_key).ok_or_else(|| Error::UnknownKey {
+                key: ticket.key.to_string(),
+            })
+        });
+        let entry = match looked_up {
+            Ok(entry) => entry,
+            Err(err) => return finish(timer, Err(err)),
+        };
+        let batches = futures::stream::iter(entry.batches().to_vec().into_iter().map(Ok));
+        let encoded = FlightDataEncoderBuilder::new()
+            .with_schema(entry.schema().clone())
+            .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+            .build(batches);
+        let stream = encoded.map_err(|err| Status::from(Error::Encode(err)));
+        Ok(Response::new(timed(stream, timer)))
+    }
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        let timer = self.metrics.rpc("DoPut");
+        if let Err(err) = self.auth.check(request.metadata()) {
+            return finish(timer, Err(err));
+        }
+        let result = put::ingest(&self.store, request.into_inner())
+            .await
+            .map(|summary| {
+                let metadata = serde_json::to_vec(&summary).unwrap_or_default();
+                let reply = PutResult {
+                    app_metadata: Bytes::from(metadata),
+                };
+                Response::new(futures::stream::iter([Ok(reply)]).boxed())
+            });
+        finish(timer, result)
+    }
+
+    async fn do_exchange(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        let timer = self.metrics.rpc("DoExchange");
+        finish(timer, Err(Error::Unimplemented("DoExchange")))
+    }
+
+    async fn do_action(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        let timer = self.metrics.rpc("DoAction");
+        let result = self.auth.check(request.metadata()).and_then(|()| {
+            let action = request.get_ref();
+            let kind = actions::NodeAction::parse(&action.r#type)?;
+            let body = actions::run(kind, &action.body, &self.store, &self.live)?;
+            let reply = arrow_flight::Result { body };
+            Ok(Response::new(futures::stream::iter([Ok(reply)]).boxed()))
+        });
+        finish(timer, result)
+    }
+
+    async fn list_actions(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        let timer = self.metrics.rpc("ListActions");
+        let result = self.auth.check(request.metadata()).map(|()| {
+            let types = actions::NodeAction::ALL.into_iter().map(|action| {
+                Ok(ActionType {
+                    r#type: action.name().to_owned(),
+                    description: action.description().to_owned(),
+                })
+            });
+            Response::new(futures::stream::iter(types.collect::<Vec<_>>()).boxed())
+        });
+        finish(timer, result)
+    }
+}

@@ -1,0 +1,242 @@
+//! DoPut ingestion: a stream of FlightData becomes one cache entry, or nothing.
+//!
+//! The first message names the key (its FlightDescriptor). Options ride as JSON in the
+//! `app_metadata` of the first message that has any, up to and including the first
+//! record batch (arrow-rs puts it on the schema message, pyarrow's
+//! `write_with_metadata` on the first batch); later `app_metadata` is ignored:
+//!
+//! ```json
+//! {"ttl": "30s"}
+//! ```
+//!
+//! `ttl` overrides the node's default TTL for this entry (humantime syntax, > 0s). No
+//! other field is accepted, so a typo is an error rather than a silently ignored option.
+//!
+//! Memory discipline: message bytes are counted as they arrive and the put is refused
+//! with RESOURCE_EXHAUSTED as soon as they pass the max entry size, before the entry is
+//! buffered whole. Each decoded batch is compacted (fresh buffers sized to the data, so a
+//! slice never pins its parent and no gRPC receive buffer stays alive) and its exact
+//! weight is reserved in the store's budget before the next message is read. Commit
+//! installs the entry atomically; any error drops the reservation and stores nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_flight::FlightData;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
+use arrow_flight::error::FlightError;
+use arrow_schema::SchemaRef;
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+use tonic::Streaming;
+
+use crate::error::{Error, Result};
+use crate::key::CacheKey;
+use crate::store::{self, Store, batch_weight, compact_batch};
+
+/// Options a client may send in the first message's `app_metadata`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutOptions {
+    /// Per-entry TTL, e.g. "30s".
+    ttl: Option<String>,
+}
+
+/// What a successful DoPut stored; sent back as the PutResult's JSON `app_metadata`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PutSummary {
+    /// Rows stored.
+    pub rows: u64,
+    /// Record batches stored.
+    pub batches: u64,
+    /// Exact Arrow weight charged to the budget.
+    pub bytes: u64,
+    /// The entry's TTL in milliseconds.
+    pub ttl_ms: u64,
+}
+
+fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
+    if app_metadata.is_empty() {
+        return Ok(None);
+    }
+    let options: PutOptions = serde_json::from_slice(app_metadata)
+        .map_err(|err| Error::BadPutOptions(err.to_string()))?;
+    let Some(ttl) = options.ttl else {
+        return Ok(None);
+    };
+    let ttl = crds::quantity::parse_duration(&ttl)
+        .map_err(|err| Error::BadPutOptions(format!("ttl: {err}")))?;
+    if ttl.is_zero() {
+        return Err(Error::BadPutOptions("ttl must be longer than 0s".into()));
+    }
+    Ok(Some(ttl))
+}
+
+/// Reads a whole DoPut stream into the store.
+///
+/// # Errors
+/// Bad descriptor, options or IPC stream (INVALID_ARGUMENT), a schema change
+/// mid-stream, an oversized entry or no room (RESOURCE_EXHAUSTED), or an invalidation
+/// that raced the put (ABORTED). In every error case nothing is stored.
+pub async fn ingest(store: &Store, mut input: Streaming<FlightData>) -> Result<PutSummary> {
+    let first = input
+        .message()
+        .await
+        .map_err(|status| Error::BadPutStream(status.message().to_owned()))?
+        .ok_or_else(|| {
+            Error::BadPutStream(
+                "the stream is empty; send the FlightDescriptor and a schema first".into(),
+            )
+        })?;
+    let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
+        Error::BadDescriptor(
+            "the first DoPut message carries no FlightDescriptor naming the entry".into(),
+        )
+    })?;
+    let key = CacheKey::from_descriptor(&descriptor)?;
+    let mut ttl_override = None;
+    let mut options_seen = !first.app_metadata.is_empty();
+    if options_seen {
+        ttl_override = parse_options(&first.app_metadata)?;
+    }
+    let max_entry_bytes = store.config().max_entry_bytes;
+    let mut pending = store.begin_put(key.to_store_bytes());
+
+    // Count wire bytes before decoding, so an oversized put stops at the first message
+    // past the limit instead of after it has been buffered whole.
+    let received = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&received);
+    let messages = futures::stream::once(async { Ok(first) })
+        .chain(input)
+        .map_err(FlightError::from)
+        .and_then(move |message: FlightData| {
+            let size = (message.data_body.len() + message.data_header.len()) as u64;
+            let total = counter.fetch_add(size, Ordering::Relaxed) + size;
+            futures::future::ready(if total > max_entry_bytes {
+                Err(FlightError::ExternalError(Box::new(Error::EntryTooLarge {
+                    size: total,
+                    max: max_entry_bytes,
+                })))
+            } else {
+                Ok(message)
+            })
+        })
+        // A message without an IPC header carries only a descriptor or app_metadata.
+        .try_filter(|message| futures::future::ready(!message.data_header.is_empty()));
+    let mut decoder = FlightDataDecoder::new(messages);
+
+    let mut schema: Option<SchemaRef> = None;
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    let mut rows = 0u64;
+    while let Some(decoded) = decoder.next().await {
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(err) => {
+                let err = decode_error(err);
+                if matches!(err, Error::EntryTooLarge { .. }) {
+                    pending.reject();
+                }
+                return Err(err);
+            }
+        };
+        if !options_seen && batches.is_empty() && !decoded.inner.app_metadata.is_empty() {
+            options_seen = true;
+            ttl_override = parse_options(&decoded.inner.app_metadata)?;
+        }
+        match decoded.payload {
+            DecodedPayload::None => {}
+            DecodedPayload::Schema(next) => match &schema {
+                Some(current) if current.fields() != next.fields() => {
+                    return Err(Error::SchemaMismatch {
+                        batch: batches.len(),
+                        expected: current.to_string(),
+                        found: next.to_string(),
+                    });
+                }
+                Some(_) => {}
+                None => schema = Some(next),
+            },
+            DecodedPayload::RecordBatch(batch) => {
+                let compact = compact_batch(&batch).map_err(|err| {
+                    Error::BadPutStream(format!("batch {}: {err}", batches.len()))
+                })?;
+                drop(batch);
+                pending
+                    .reserve(batch_weight(&compact))
+                    .map_err(store_error(&key))?;
+                rows += compact.num_rows() as u64;
+                batches.push(compact);
+            }
+        }
+    }
+    let schema = schema.ok_or_else(|| {
+        Error::BadPutStream("the stream carried no schema; a DoPut needs at least a schema".into())
+    })?;
+    let batch_count = batches.len() as u64;
+    let outcome = pending
+        .commit(schema, batches, ttl_override)
+        .map_err(store_error(&key))?;
+    let ttl = ttl_override.unwrap_or(store.config().ttl);
+    tracing::debug!(%key, rows, bytes = outcome.weight_bytes, "stored entry");
+    Ok(PutSummary {
+        rows,
+        batches: batch_count,
+        bytes: outcome.weight_bytes,
+        ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+fn decode_error(err: FlightError) -> Error {
+    match err {
+        FlightError::ExternalError(inner) => match inner.downcast::<Error>() {
+            Ok(ours) => *ours,
+            Err(other) => Error::BadPutStream(other.to_string()),
+        },
+        FlightError::Tonic(status) => {
+            Error::BadPutStream(format!("the client stream failed: {}", status.message()))
+        }
+        other => Error::BadPutStream(other.to_string()),
+    }
+}
+
+/// Maps a store refusal to the node error for `key`.
+pub fn store_error(key: &CacheKey) -> impl Fn(store::Error) -> Error + '_ {
+    move |err| match err {
+        store::Error::EntryTooLarge { size, max } => Error::EntryTooLarge { size, max },
+        store::Error::OverBudget { needed, available } => Error::OverBudget { needed, available },
+        store::Error::InvalidatedDuringPut => Error::InvalidatedDuringPut {
+            key: key.to_string(),
+        },
+        store::Error::InvalidConfig { field, rule } => {
+            Error::ConfigRejected(format!("{field} {rule}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_options_accept_ttl_and_refuse_garbage() {
+        assert_eq!(parse_options(b"").unwrap(), None);
+        assert_eq!(
+            parse_options(br#"{"ttl": "30s"}"#).unwrap(),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(parse_options(b"{}").unwrap(), None);
+        for bad in [
+            &b"not json"[..],
+            br#"{"tll": "30s"}"#,
+            br#"{"ttl": "soon"}"#,
+            br#"{"ttl": "0s"}"#,
+            b"[1]",
+        ] {
+            let err = parse_options(bad).unwrap_err();
+            assert!(matches!(err, Error::BadPutOptions(_)), "{err}");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! FlightCache cache node: an Arrow Flight server that holds query results (Arrow record
+//! batches) under keys, within a strict byte budget.
+//!
+//! - [`config`]: flags, environment and config file into one validated [`config::Config`].
+//! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC.
+//! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
+//! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
+
+pub mod config;
+pub mod error;
+pub mod flight;
+pub mod key;
+pub mod live;
+pub mod metrics;
+pub mod server;
+pub mod store;
+pub mod telemetry;

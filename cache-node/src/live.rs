@@ -1,0 +1,146 @@
+//! Live reconfiguration: applying a node config document to the running store.
+//!
+//! A document comes from the `configure` action or from a changed config file. It
+//! changes only the fields it names. Generations only move forward: a document with a
+//! generation older than the running one is refused; one without a generation gets the
+//! running generation + 1. Restart-only fields (`listen`, …) are refused by the action
+//! and ignored (with a warning) in a re-read file.
+//!
+//! What a TTL change means for stored entries is the store's rule: entries without a
+//! per-entry TTL take the new TTL from their anchor (write time when absolute, last
+//! access when sliding), so a shorter TTL expires old entries at once and a longer one
+//! extends them. Nothing else is dropped unless it no longer fits the new caps.
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crds::node_config::NodeConfig;
+use crds::quantity::format_bytes;
+
+use crate::config::{store_eviction, store_ttl_mode, validate_store};
+use crate::error::{Error, Result};
+use crate::store::{Store, StoreConfig};
+
+/// The running configuration generation and store settings.
+#[derive(Debug)]
+pub struct LiveConfig {
+    state: Mutex<LiveState>,
+}
+
+#[derive(Debug, Clone)]
+struct LiveState {
+    generation: u64,
+    store: StoreConfig,
+}
+
+/// What applying a document did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applied {
+    /// The generation now running.
+    pub generation: u64,
+    /// Entries evicted to fit new, smaller caps.
+    pub evicted: u64,
+    /// Entries expired at once because of a shorter TTL.
+    pub expired: u64,
+}
+
+impl LiveConfig {
+    /// The configuration the node started with.
+    pub fn new(generation: u64, store: StoreConfig) -> Self {
+        Self {
+            state: Mutex::new(LiveState { generation, store }),
+        }
+    }
+
+    /// The generation running now.
+    pub fn generation(&self) -> u64 {
+        self.state.lock().generation
+    }
+
+    /// The store settings running now.
+    pub fn store_config(&self) -> StoreConfig {
+        self.state.lock().store.clone()
+    }
+
+    /// Applies `doc` to `store`.
+    ///
+    /// # Errors
+    /// [`Error::StaleGeneration`] for an older generation, [`Error::ConfigRejected`] for a
+    /// bad value or a cap combination that is not allowed; the running config is then
+    /// unchanged.
+    pub fn apply(&self, doc: &NodeConfig, store: &Store) -> Result<Applied> {
+        let rejected = |err: &dyn std::fmt::Display| Error::ConfigRejected(err.to_string());
+        let mut state = self.state.lock();
+        let generation = match doc.generation {
+            Some(requested) if requested < state.generation => {
+                return Err(Error::StaleGeneration {
+                    requested,
+                    running: state.generation,
+                });
+            }
+            Some(requested) => requested,
+            None => state.generation + 1,
+        };
+        let mut next = state.store.clone();
+        if let Some(max_entries) = doc.max_entries {
+            next.max_entries = max_entries;
+        }
+        let budget = doc
+            .memory_budget_bytes()
+            .map_err(|e| rejected(&chain(&e)))?;
+        if let Some(budget) = budget {
+            next.budget_bytes = budget;
+        }
+        if let Some(max_entry) = doc
+            .max_entry_size_bytes()
+            .map_err(|e| rejected(&chain(&e)))?
+        {
+            next.max_entry_bytes = max_entry;
+        } else if budget.is_some() && next.max_entry_bytes > next.budget_bytes {
+            // A smaller budget without an explicit entry size caps the entry size with it.
+            next.max_entry_bytes = next.budget_bytes;
+        }
+        if let Some(ttl) = doc.ttl_duration().map_err(|e| rejected(&chain(&e)))? {
+            next.ttl = ttl;
+        }
+        if let Some(mode) = doc.ttl_mode {
+            next.ttl_mode = store_ttl_mode(mode);
+        }
+        if let Some(policy) = doc.eviction {
+            next.eviction = store_eviction(policy);
+        }
+        validate_store(&next).map_err(|e| rejected(&e))?;
+        let outcome = store.reconfigure(next.clone()).map_err(|e| rejected(&e))?;
+        tracing::info!(
+            generation,
+            max_entries = next.max_entries,
+            budget = %format_bytes(next.budget_bytes),
+            ttl = ?next.ttl,
+            ttl_mode = ?next.ttl_mode,
+            eviction = ?next.eviction,
+            evicted = outcome.evicted_entries,
+            expired = outcome.expired_entries,
+            "applied node config"
+        );
+        state.generation = generation;
+        state.store = next;
+        Ok(Applied {
+            generation,
+            evicted: outcome.evicted_entries,
+            expired: outcome.expired_entries,
+        })
+    }
+}
+
+/// An error and its sources on one line, for messages sent to clients.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}

@@ -1,0 +1,270 @@
+//! Prometheus metrics of the node: per-RPC counts and latencies, plus the store's
+//! counters and gauges read at scrape time.
+//!
+//! Names follow Prometheus conventions with the `flightcache_node_` prefix; labels are
+//! bounded (method, gRPC code, cause, result), never keys. The registry is built here
+//! and passed in; there are no global statics. `/metrics` is served by `server.rs`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use tonic::Code;
+
+use crate::live::LiveConfig;
+use crate::store::{RemovalCause, Store};
+
+/// Labels of `grpc_server_handled_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandledLabels {
+    grpc_method: &'static str,
+    grpc_code: &'static str,
+}
+
+/// Labels of `grpc_server_handling_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    grpc_method: &'static str,
+}
+
+/// The node's metrics registry and the RPC instruments.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    handled: Family<HandledLabels, Counter>,
+    handling_seconds: Family<MethodLabels, Histogram>,
+}
+
+impl Metrics {
+    /// Builds the registry with the RPC instruments and the store collector.
+    pub fn new(store: Arc<Store>, live: Arc<LiveConfig>) -> Self {
+        let mut registry = Registry::with_prefix("flightcache_node");
+        let handled = Family::<HandledLabels, Counter>::default();
+        registry.register(
+            "grpc_server_handled",
+            "Flight RPCs completed, by method and gRPC status code",
+            handled.clone(),
+        );
+        let handling_seconds = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0,
+            ])
+        });
+        registry.register_with_unit(
+            "grpc_server_handling",
+            "Flight RPC latency from request to the end of the response stream",
+            Unit::Seconds,
+            handling_seconds.clone(),
+        );
+        registry.register_collector(Box::new(StoreCollector { store, live }));
+        Self {
+            registry,
+            handled,
+            handling_seconds,
+        }
+    }
+
+    /// Starts timing one RPC; call [`RpcTimer::finish`] with its outcome.
+    pub fn rpc(self: &Arc<Self>, method: &'static str) -> RpcTimer {
+        RpcTimer {
+            metrics: Arc::clone(self),
+            method,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+            let _ = writeln!(out, "# metrics encoding failed");
+        }
+        out
+    }
+}
+
+/// Times one RPC; records it with its gRPC code when finished, or as CANCELLED when
+/// dropped unfinished (the client went away mid-stream).
+#[derive(Debug)]
+pub struct RpcTimer {
+    metrics: Arc<Metrics>,
+    method: &'static str,
+    started: Instant,
+    finished: bool,
+}
+
+impl RpcTimer {
+    /// Records the RPC with `code`.
+    pub fn finish(mut self, code: Code) {
+        self.record(code);
+    }
+
+    fn record(&mut self, code: Code) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.metrics
+            .handled
+            .get_or_create(&HandledLabels {
+                grpc_method: self.method,
+                grpc_code: code_name(code),
+            })
+            .inc();
+        self.metrics
+            .handling_seconds
+            .get_or_create(&MethodLabels {
+                grpc_method: self.method,
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for RpcTimer {
+    fn drop(&mut self) {
+        self.record(Code::Cancelled);
+    }
+}
+
+/// The canonical upper-case name of a gRPC code, as grpc-go labels it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// Reads the store's statistics at scrape time.
+#[derive(Debug)]
+struct StoreCollector {
+    store: Arc<Store>,
+    live: Arc<LiveConfig>,
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    value: u64,
+) -> std::fmt::Result {
+    let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+    let metric_encoder = encoder.encode_descriptor(name, help, unit, metric.metric_type())?;
+    metric.encode(metric_encoder)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    let metric = ConstCounter::new(value);
+    let metric_encoder = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(metric_encoder)
+}
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let stats = self.store.stats();
+        gauge(
+            &mut encoder,
+            "entries",
+            "Entries cached now",
+            None,
+            stats.entries,
+        )?;
+        gauge(
+            &mut encoder,
+            "max_entries",
+            "Entry cap",
+            None,
+            stats.max_entries,
+        )?;
+        gauge(
+            &mut encoder,
+            "memory_used",
+            "Arrow bytes held by cached entries",
+            Some(&Unit::Bytes),
+            stats.used_bytes,
+        )?;
+        gauge(
+            &mut encoder,
+            "memory_reserved",
+            "Bytes reserved by puts in flight",
+            Some(&Unit::Bytes),
+            stats.reserved_bytes,
+        )?;
+        gauge(
+            &mut encoder,
+            "memory_budget",
+            "Byte budget for cached data",
+            Some(&Unit::Bytes),
+            stats.budget_bytes,
+        )?;
+        gauge(
+            &mut encoder,
+            "config_generation",
+            "Configuration generation the node runs",
+            None,
+            self.live.generation(),
+        )?;
+        counter(&mut encoder, "inserts", "Entries stored", stats.inserts)?;
+        counter(
+            &mut encoder,
+            "puts_rejected",
+            "Puts refused (too large, over budget, invalidated)",
+            stats.rejected_puts,
+        )?;
+        {
+            let metric_encoder = encoder.encode_descriptor(
+                "lookups",
+                "Cache lookups by DoGet, by result",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            let mut metric_encoder = metric_encoder;
+            for (result, value) in [("hit", stats.hits), ("miss", stats.misses)] {
+                let labels = [("result", result)];
+                ConstCounter::new(value).encode(metric_encoder.encode_family(&labels)?)?;
+            }
+        }
+        let mut metric_encoder = encoder.encode_descriptor(
+            "evictions",
+            "Entries removed, by cause (expired, size, explicit, replaced)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for cause in RemovalCause::ALL {
+            let labels = [("cause", cause.as_str())];
+            ConstCounter::new(stats.evictions.get(cause))
+                .encode(metric_encoder.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}

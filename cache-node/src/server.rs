@@ -1,0 +1,315 @@
+//! Starts and stops a node: the Flight server, gRPC health, `/metrics`, the expiry sweep
+//! and the config-file watcher.
+//!
+//! Shutdown is graceful: health turns NOT_SERVING, the listener stops accepting, and
+//! in-flight streams get `shutdown_grace` to finish before the server is dropped.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::{Config, read_config_file};
+use crate::flight::FlightCacheService;
+use crate::flight::auth::Auth;
+use crate::live::{LiveConfig, chain};
+use crate::metrics::Metrics;
+use crate::store::{Store, SystemClock};
+
+/// How often expired entries are purged.
+const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
+/// How often the config file is checked for changes.
+const CONFIG_POLL: Duration = Duration::from_secs(2);
+
+/// Failure to start or run the node.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("flight server failed")]
+    Serve(#[source] tonic::transport::Error),
+    /// The store configuration was refused.
+    #[error("store configuration refused: {0}")]
+    Store(String),
+}
+
+/// A running node; stop it with [`RunningNode::shutdown`].
+#[derive(Debug)]
+pub struct RunningNode {
+    /// The bound Flight address (useful with port 0).
+    pub flight_addr: SocketAddr,
+    /// The bound metrics address.
+    pub metrics_addr: SocketAddr,
+    /// The node's store, for in-process inspection (tests, benchmarks).
+    pub store: Arc<Store>,
+    stop: watch::Sender<bool>,
+    flight: JoinHandle<Result<(), ServerError>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Stops the node gracefully and waits for it.
+    ///
+    /// # Errors
+    /// [`ServerError::Serve`] if the server failed while running.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
+        let _ = self.stop.send(true);
+        let result = match self.flight.await {
+            Ok(result) => result,
+            Err(join_error) => {
+                tracing::error!(error = %join_error, "flight server task failed");
+                Ok(())
+            }
+        };
+        for task in self.background {
+            task.abort();
+        }
+        result
+    }
+}
+
+/// Binds the listeners and starts every task of a node.
+///
+/// # Errors
+/// [`ServerError::Bind`] when an address is taken, [`ServerError::Store`] for a store
+/// configuration the store refuses.
+pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
+    let Config {
+        listen,
+        metrics_listen,
+        store: store_config,
+        generation,
+        config_file,
+        auth_token,
+        shutdown_grace,
+        log_format: _,
+    } = config;
+    let max_entry_bytes = store_config.max_entry_bytes;
+    let store = Arc::new(
+        Store::new(store_config.clone(), Arc::new(SystemClock::new()))
+            .map_err(|e| ServerError::Store(e.to_string()))?,
+    );
+    let live = Arc::new(LiveConfig::new(generation, store_config));
+    let metrics = Arc::new(Metrics::new(Arc::clone(&store), Arc::clone(&live)));
+    let service = FlightCacheService::new(
+        Arc::clone(&store),
+        Arc::clone(&live),
+        Arc::clone(&metrics),
+        Auth::new(auth_token),
+    );
+
+    let flight_listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let flight_addr = flight_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let metrics_listener =
+        TcpListener::bind(metrics_listen)
+            .await
+            .map_err(|source| ServerError::Bind {
+                addr: metrics_listen,
+                source,
+            })?;
+    let metrics_addr = metrics_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: metrics_listen,
+            source,
+        })?;
+
+    let (stop, stop_rx) = watch::channel(false);
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<FlightServiceServer<FlightCacheService>>()
+        .await;
+    // Messages up to the largest entry (or 64 MiB) are accepted, so clients that send a
+    // big batch as one message work; anything larger is refused by the max entry size.
+    let decode_limit = usize::try_from(max_entry_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1 << 20)
+        .max(64 << 20);
+    let flight_service = FlightServiceServer::new(service)
+        .max_decoding_message_size(decode_limit)
+        .max_encoding_message_size(decode_limit);
+
+    let mut flight_stop = stop_rx.clone();
+    let mut grace_stop = stop_rx.clone();
+    let flight = tokio::spawn(async move {
+        let shutdown_requested = async move {
+            let _ = flight_stop.wait_for(|stop| *stop).await;
+            health_reporter
+                .set_not_serving::<FlightServiceServer<FlightCacheService>>()
+                .await;
+            tracing::info!(grace = ?shutdown_grace, "shutting down: draining in-flight streams");
+        };
+        let serve = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(health_service)
+            .add_service(flight_service)
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(flight_listener),
+                shutdown_requested,
+            );
+        tokio::pin!(serve);
+        tokio::select! {
+            result = &mut serve => return result.map_err(ServerError::Serve),
+            _ = grace_stop.wait_for(|stop| *stop) => {}
+        }
+        match tokio::time::timeout(shutdown_grace, serve).await {
+            Ok(result) => result.map_err(ServerError::Serve),
+            Err(_) => {
+                tracing::warn!("grace period over: closing streams still open");
+                Ok(())
+            }
+        }
+    });
+
+    let mut background = vec![
+        tokio::spawn(serve_metrics(
+            metrics_listener,
+            Arc::clone(&metrics),
+            stop_rx.clone(),
+        )),
+        tokio::spawn(sweep_expired(Arc::clone(&store))),
+    ];
+    if let Some(path) = config_file {
+        // Read the baseline now, not in the task, so a change made right after start is
+        // not mistaken for the baseline.
+        let baseline = tokio::fs::read(&path).await.ok();
+        background.push(tokio::spawn(watch_config_file(
+            path,
+            baseline,
+            Arc::clone(&store),
+            Arc::clone(&live),
+        )));
+    }
+    tracing::info!(%flight_addr, %metrics_addr, generation, "flightcache node serving");
+    Ok(RunningNode {
+        flight_addr,
+        metrics_addr,
+        store,
+        stop,
+        flight,
+        background,
+    })
+}
+
+/// Runs a node until `shutdown` resolves, then stops it gracefully.
+///
+/// # Errors
+/// See [`start`] and [`RunningNode::shutdown`].
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    let node = start(config).await?;
+    shutdown.await;
+    node.shutdown().await
+}
+
+async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = Arc::clone(&metrics);
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+            }
+        }),
+    );
+    let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    });
+    if let Err(err) = serve.await {
+        tracing::error!(error = %err, "metrics server failed");
+    }
+}
+
+async fn sweep_expired(store: Arc<Store>) {
+    let mut tick = tokio::time::interval(EXPIRY_SWEEP);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let expired = store.purge_expired();
+        if expired > 0 {
+            tracing::debug!(expired, "purged expired entries");
+        }
+    }
+}
+
+/// Re-reads the config file when its content changes and applies its live fields. A
+/// bad file is logged and ignored; the running config stays.
+async fn watch_config_file(
+    path: PathBuf,
+    mut last: Option<Vec<u8>>,
+    store: Arc<Store>,
+    live: Arc<LiveConfig>,
+) {
+    let mut tick = tokio::time::interval(CONFIG_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let current = tokio::fs::read(&path).await.ok();
+        if current.is_none() || current == last {
+            continue;
+        }
+        last = current;
+        let doc = match read_config_file(&path) {
+            Ok(doc) => doc,
+            Err(err) => {
+                tracing::error!(error = %chain(&err), "config file changed but is invalid; keeping the running config");
+                continue;
+            }
+        };
+        if doc.ensure_live_only().is_err() {
+            tracing::warn!(
+                "config file changes to listen, metricsListen, authTokenFile or shutdownGrace take effect at the next restart"
+            );
+        }
+        let live_fields = crds::node_config::NodeConfig {
+            listen: None,
+            metrics_listen: None,
+            auth_token_file: None,
+            shutdown_grace: None,
+            ..doc
+        };
+        match live.apply(&live_fields, &store) {
+            Ok(applied) => tracing::info!(
+                generation = applied.generation,
+                "applied changed config file"
+            ),
+            Err(err) => {
+                tracing::error!(error = %err, "config file change refused; keeping the running config")
+            }
+        }
+    }
+}

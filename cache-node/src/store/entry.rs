@@ -1,0 +1,120 @@
+//! A cached result ([`Entry`]): its Arrow data plus the bookkeeping readers may
+//! show (weight, timestamps, hits).
+//!
+//! Entries are immutable once installed and shared as `Arc<Entry>`, so a read never
+//! copies Arrow data and a reader keeps a consistent view even if the entry is
+//! evicted meanwhile. Only the expiry deadline (sliding TTL, TTL changes) and the hit
+//! counter move, through atomics. No I/O.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+
+use super::clock::duration_to_nanos;
+
+/// One cached result set, visible whole or not at all.
+pub struct Entry {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    total_rows: u64,
+    weight_bytes: u64,
+    created_at: Duration,
+    ttl_override: Option<Duration>,
+    expires_at_nanos: AtomicU64,
+    hits: AtomicU64,
+}
+
+impl Entry {
+    /// Builds an entry; `weight_bytes` is what the store charges for it.
+    pub(crate) fn new(
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        weight_bytes: u64,
+        created_at: Duration,
+        ttl_override: Option<Duration>,
+        expires_at: Duration,
+    ) -> Self {
+        let total_rows = batches
+            .iter()
+            .map(|batch| u64::try_from(batch.num_rows()).unwrap_or(u64::MAX))
+            .fold(0, u64::saturating_add);
+        Self {
+            schema,
+            batches,
+            total_rows,
+            weight_bytes,
+            created_at,
+            ttl_override,
+            expires_at_nanos: AtomicU64::new(duration_to_nanos(expires_at)),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// The schema of the result, also valid when there are no batches.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The record batches in put order. Cloning one is cheap: columns are `Arc`s.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// Rows across all batches.
+    pub fn total_rows(&self) -> u64 {
+        self.total_rows
+    }
+
+    /// Bytes charged against the store budget (see the `weight` module).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    /// When the entry was installed, on the store clock.
+    pub fn created_at(&self) -> Duration {
+        self.created_at
+    }
+
+    /// When the entry expires, on the store clock, as of the last read or TTL change.
+    ///
+    /// Moves forward on hits in `Sliding` mode and when the store TTL changes.
+    pub fn expires_at(&self) -> Duration {
+        Duration::from_nanos(self.expires_at_nanos.load(Ordering::Relaxed))
+    }
+
+    /// The TTL given at put time, replacing the store TTL for this entry.
+    pub fn ttl_override(&self) -> Option<Duration> {
+        self.ttl_override
+    }
+
+    /// Successful `get`s of this entry.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_expires_at(&self, deadline: Duration) {
+        self.expires_at_nanos
+            .store(duration_to_nanos(deadline), Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("batches", &self.batches.len())
+            .field("total_rows", &self.total_rows)
+            .field("weight_bytes", &self.weight_bytes)
+            .field("created_at", &self.created_at)
+            .field("expires_at", &self.expires_at())
+            .field("ttl_override", &self.ttl_override)
+            .field("hits", &self.hits())
+            .finish_non_exhaustive()
+    }
+}

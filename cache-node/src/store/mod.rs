@@ -1,0 +1,392 @@
+//! The cache node's in-memory result store: Arrow record batches under opaque byte
+//! keys, bounded by a byte budget and an entry count, with TTL expiry and LRU or
+//! W-TinyLFU eviction.
+//!
+//! Inputs are keys ([`Bytes`]; prefix operations compare bytes), Arrow data, a
+//! [`StoreConfig`] and a [`Clock`]. No I/O, no async: every method takes one short
+//! lock and returns; Arrow memory of removed entries is freed after the lock is
+//! released. Reads hand out `Arc<Entry>` and never copy Arrow data.
+//!
+//! # Guarantees
+//!
+//! * `used_bytes + reserved_bytes <= budget_bytes` and `entries <= max_entries` at
+//!   every moment, in-flight reservations included. Room is made by removing expired
+//!   entries first (cause `Expired`), then the policy's victims (cause `Size`).
+//!   Reservations of in-flight puts are never evicted, and nothing is evicted for a
+//!   put that could not fit even in an empty store.
+//! * Writes are two-phase ([`Store::begin_put`], [`PendingPut::reserve`],
+//!   [`PendingPut::commit`]); an entry is visible whole or not at all, and an
+//!   invalidation that covers the key after `begin_put` makes the commit fail with
+//!   [`Error::InvalidatedDuringPut`].
+//!
+//! # Expiry
+//!
+//! An entry's deadline is `anchor + ttl`: `ttl` is its per-entry override if given at
+//! commit, else the store TTL; the anchor is the insert time in [`TtlMode::Absolute`]
+//! and the last successful `get` in [`TtlMode::Sliding`]. An entry is live while
+//! `now < deadline`. Expired entries are invisible to `get`, `peek` and `list`, and
+//! are removed by `get`, by [`Store::purge_expired`] (which walks an index ordered by
+//! deadline, so it only touches what has expired) or when room is needed.
+//!
+//! **TTL changes apply to stored entries.** When [`Store::reconfigure`] changes the
+//! TTL or the mode, every deadline is recomputed with the new settings, from the same
+//! anchors: `created_at + new ttl` (Absolute) or `last access + new ttl` (Sliding).
+//! Entries with a per-entry override keep their override but follow the new mode.
+//! Entries already past their new deadline expire at the next purge or access. A
+//! shrink of the caps evicts down to them with cause `Size`, and entries heavier than
+//! a lowered `max_entry_bytes` are evicted; entries that still fit stay.
+
+mod clock;
+mod config;
+mod entry;
+mod eviction;
+mod expiry;
+mod put;
+mod sketch;
+mod state;
+pub mod weight;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+pub use self::clock::{Clock, ManualClock, SystemClock};
+pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
+pub use self::entry::Entry;
+pub use self::put::PendingPut;
+use self::state::Inner;
+pub use self::weight::{batch_weight, compact_batch, entry_weight};
+
+/// Errors of the store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A [`StoreConfig`] field breaks a rule.
+    #[error("invalid store config: {field} {rule}")]
+    InvalidConfig {
+        /// The offending field.
+        field: &'static str,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
+    /// The put's total size exceeds `max_entry_bytes`.
+    #[error("entry of {size} bytes exceeds the limit of {max} bytes per entry")]
+    EntryTooLarge {
+        /// The put's size so far (reservation) or its exact weight (commit).
+        size: u64,
+        /// The configured `max_entry_bytes`.
+        max: u64,
+    },
+    /// The bytes cannot fit in the budget even after evicting every stored entry,
+    /// because other puts hold the rest as reservations.
+    #[error("store budget exhausted: {needed} bytes needed, {available} free")]
+    OverBudget {
+        /// Bytes asked for.
+        needed: u64,
+        /// Bytes free before any eviction.
+        available: u64,
+    },
+    /// An invalidation covering the key happened while the put was in flight; the
+    /// data was discarded.
+    #[error("put discarded: its key was invalidated while it was being written")]
+    InvalidatedDuringPut,
+}
+
+/// The store's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Removals counted per [`RemovalCause`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemovalCounts {
+    /// Entries removed because their TTL ran out.
+    pub expired: u64,
+    /// Entries evicted to respect a cap.
+    pub size: u64,
+    /// Entries removed by invalidate, invalidate_prefix or clear.
+    pub explicit: u64,
+    /// Entries replaced by a newer put under the same key.
+    pub replaced: u64,
+}
+
+impl RemovalCounts {
+    /// The count for one cause.
+    pub fn get(&self, cause: RemovalCause) -> u64 {
+        match cause {
+            RemovalCause::Expired => self.expired,
+            RemovalCause::Size => self.size,
+            RemovalCause::Explicit => self.explicit,
+            RemovalCause::Replaced => self.replaced,
+        }
+    }
+
+    pub(crate) fn record(&mut self, cause: RemovalCause) {
+        let counter = match cause {
+            RemovalCause::Expired => &mut self.expired,
+            RemovalCause::Size => &mut self.size,
+            RemovalCause::Explicit => &mut self.explicit,
+            RemovalCause::Replaced => &mut self.replaced,
+        };
+        *counter += 1;
+    }
+}
+
+/// A snapshot of the store's gauges and counters, for metrics and admin listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Entries stored, expired-but-not-yet-purged ones included.
+    pub entries: u64,
+    /// Bytes charged for stored entries.
+    pub used_bytes: u64,
+    /// Bytes reserved by in-flight puts.
+    pub reserved_bytes: u64,
+    /// The configured byte budget.
+    pub budget_bytes: u64,
+    /// The configured entry cap.
+    pub max_entries: u64,
+    /// Puts begun and neither committed nor dropped.
+    pub in_flight_puts: u64,
+    /// `get`s that returned an entry.
+    pub hits: u64,
+    /// `get`s that returned nothing (absent or expired).
+    pub misses: u64,
+    /// Entries installed by a commit.
+    pub inserts: u64,
+    /// Entries removed, per cause (the `evictions_total{cause}` metric).
+    pub evictions: RemovalCounts,
+    /// Puts refused as too large or over budget.
+    pub rejected_puts: u64,
+    /// Puts discarded because an invalidation covered their key.
+    pub discarded_puts: u64,
+}
+
+/// What a successful commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// Bytes charged for the new entry.
+    pub weight_bytes: u64,
+    /// Whether a live entry under the same key was replaced.
+    pub replaced: bool,
+    /// Entries removed to make room (expired or by policy).
+    pub evicted: u64,
+    /// The new entry's deadline on the store clock.
+    pub expires_at: Duration,
+}
+
+/// What a [`Store::reconfigure`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconfigureOutcome {
+    /// Entries whose deadline moved because the TTL or mode changed.
+    pub rescheduled_entries: u64,
+    /// Entries evicted (cause `Size`) to fit lowered caps.
+    pub evicted_entries: u64,
+    /// Expired entries removed while making room.
+    pub expired_entries: u64,
+    /// In-flight puts failed because their reservation no longer fits.
+    pub aborted_puts: u64,
+}
+
+/// State shared by a [`Store`] and its [`PendingPut`]s.
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    clock: Arc<dyn Clock>,
+    hasher: RandomState,
+}
+
+impl Shared {
+    /// Runs `operation` under the lock, then drops removed entries after unlocking,
+    /// so freeing Arrow memory never delays other callers.
+    pub(crate) fn with_inner<R>(&self, operation: impl FnOnce(&mut Inner) -> R) -> R {
+        let (result, removed) = {
+            let mut inner = self.inner.lock();
+            let result = operation(&mut inner);
+            (result, std::mem::take(&mut inner.graveyard))
+        };
+        drop(removed);
+        result
+    }
+
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+}
+
+/// The in-memory result store. Cheap to clone; clones share the same entries.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+/// use bytes::Bytes;
+/// use cache_node::store::{
+///     EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight, compact_batch,
+/// };
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = StoreConfig {
+///     max_entries: 1_000,
+///     budget_bytes: 64 << 20,
+///     max_entry_bytes: 8 << 20,
+///     ttl: Duration::from_secs(300),
+///     ttl_mode: TtlMode::Absolute,
+///     eviction: EvictionPolicy::TinyLfu,
+/// };
+/// let store = Store::new(config, Arc::new(ManualClock::new()))?;
+///
+/// // A DoPut: compact and reserve each batch as it arrives, then commit.
+/// let column: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+/// let received = RecordBatch::try_from_iter([("n", column)])?;
+/// let mut put = store.begin_put(Bytes::from_static(b"sales/2024"));
+/// let batch = compact_batch(&received)?;
+/// put.reserve(batch_weight(&batch))?;
+/// put.commit(batch.schema(), vec![batch], None)?;
+///
+/// // A DoGet: the entry is shared, not copied.
+/// let entry = store.get(b"sales/2024").ok_or("missing")?;
+/// assert_eq!(entry.total_rows(), 3);
+/// assert_eq!(store.invalidate_prefix(b"sales/"), 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+impl Store {
+    /// Creates an empty store.
+    ///
+    /// # Errors
+    ///
+    /// Returns [`Error::InvalidConfig`] if `config` fails [`StoreConfig::validate`].
+    pub fn new(config: StoreConfig, clock: Arc<dyn Clock>) -> Result<Self> {
+        config.validate()?;
+        let shared = Shared {
+            inner: Mutex::new(Inner::new(config)),
+            clock,
+            hasher: RandomState::new(),
+        };
+        Ok(Self {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> StoreConfig {
+        self.shared.with_inner(|inner| inner.config().clone())
+    }
+
+    /// Starts a put of `key`. Nothing is reserved yet; see [`PendingPut`].
+    pub fn begin_put(&self, key: Bytes) -> PendingPut {
+        let key_hash = self.shared.key_hash(&key);
+        let put_id = self.shared.with_inner(|inner| inner.begin_put(key.clone()));
+        PendingPut::new(Arc::clone(&self.shared), put_id, key, key_hash)
+    }
+
+    /// Looks `key` up for a reader.
+    ///
+    /// A hit counts in `hits`, makes the entry most recently used and, in `Sliding`
+    /// mode, extends its deadline. An expired entry is removed (cause `Expired`) and
+    /// counts as a miss. Hits and misses both feed the TinyLFU frequency sketch.
+    pub fn get(&self, key: &[u8]) -> Option<Arc<Entry>> {
+        let key_hash = self.shared.key_hash(key);
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.get(key, key_hash, now))
+    }
+
+    /// Looks `key` up without side effects: no stats, no recency, no TTL refresh.
+    /// Expired entries are not returned. For listing and admin views.
+    pub fn peek(&self, key: &[u8]) -> Option<Arc<Entry>> {
+        let now = self.shared.clock.now();
+        self.shared.with_inner(|inner| inner.peek(key, now))
+    }
+
+    /// Removes `key` (cause `Explicit`) and fails in-flight puts of it. Returns
+    /// whether a live entry was removed; an already expired one is removed with cause
+    /// `Expired` and does not count.
+    pub fn invalidate(&self, key: &[u8]) -> bool {
+        let now = self.shared.clock.now();
+        self.shared.with_inner(|inner| inner.invalidate(key, now))
+    }
+
+    /// Removes every key starting with `prefix` (cause `Explicit`) and fails
+    /// in-flight puts of such keys. Returns how many live entries were removed
+    /// (expired ones go too, with cause `Expired`, uncounted).
+    pub fn invalidate_prefix(&self, prefix: &[u8]) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.invalidate_prefix(prefix, now))
+    }
+
+    /// Removes every entry (cause `Explicit`, or `Expired` for expired ones) and fails
+    /// every in-flight put. Returns how many live entries were removed.
+    pub fn clear(&self) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared.with_inner(|inner| inner.clear(now))
+    }
+
+    /// Live entries whose key starts with `prefix`, sorted by key, without side
+    /// effects. An empty prefix lists everything.
+    pub fn list(&self, prefix: &[u8]) -> Vec<(Bytes, Arc<Entry>)> {
+        let now = self.shared.clock.now();
+        self.shared.with_inner(|inner| inner.list(prefix, now))
+    }
+
+    /// Removes every expired entry (cause `Expired`) and returns how many. Costs
+    /// O(k log n) for k expired entries; meant to run every second.
+    pub fn purge_expired(&self) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared.with_inner(|inner| inner.purge_expired(now))
+    }
+
+    /// Applies new settings live, keeping every entry that still fits.
+    ///
+    /// A TTL or mode change recomputes stored deadlines (see the module docs). Lower
+    /// caps evict down to them: expired entries first, then by the new policy (cause
+    /// `Size`), entries heavier than a lowered `max_entry_bytes` too. If in-flight
+    /// reservations alone exceed the new budget, or one exceeds the new
+    /// `max_entry_bytes`, those puts fail (newest first). A policy change keeps the
+    /// current recency order; the frequency sketch is resized if `max_entries`
+    /// changes enough to change its width.
+    ///
+    /// # Errors
+    ///
+    /// Returns [`Error::InvalidConfig`] and changes nothing if `config` is invalid.
+    pub fn reconfigure(&self, config: StoreConfig) -> Result<ReconfigureOutcome> {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.reconfigure(config, now))
+    }
+
+    /// The store clock's current time (the time base of [`Entry::expires_at`]).
+    pub fn now(&self) -> Duration {
+        self.shared.clock.now()
+    }
+
+    /// A snapshot of gauges and counters.
+    pub fn stats(&self) -> StoreStats {
+        self.shared.with_inner(|inner| inner.stats())
+    }
+
+    /// Panics if internal structures disagree or a cap is exceeded.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        self.shared.with_inner(|inner| inner.check_invariants());
+    }
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}

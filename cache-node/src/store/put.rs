@@ -1,0 +1,137 @@
+//! The write half of the two-phase put: a [`PendingPut`] that grows a byte
+//! reservation while a stream arrives, then installs the entry atomically.
+//!
+//! Weighing the batches happens here, outside the store lock; the state change
+//! itself is one short critical section per call. No I/O.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+
+use super::state::{Inner, NewEntry};
+use super::weight::entry_weight;
+use super::{CommitOutcome, Result, Shared};
+
+/// A put in progress, from [`Store::begin_put`](super::Store::begin_put) until
+/// [`commit`](Self::commit) or drop.
+///
+/// Its reservation counts against the store budget, is never evicted, and is
+/// released when the put commits, fails or is dropped. An invalidation covering the
+/// key (exact key, a prefix of it, or a clear) made after `begin_put` makes the put
+/// fail with [`Error::InvalidatedDuringPut`](super::Error::InvalidatedDuringPut), so
+/// an invalidate always wins over a put that started before it.
+pub struct PendingPut {
+    shared: Arc<Shared>,
+    put_id: u64,
+    key: Bytes,
+    key_hash: u64,
+}
+
+impl PendingPut {
+    pub(crate) fn new(shared: Arc<Shared>, put_id: u64, key: Bytes, key_hash: u64) -> Self {
+        Self {
+            shared,
+            put_id,
+            key,
+            key_hash,
+        }
+    }
+
+    /// The key this put will install.
+    pub fn key(&self) -> &Bytes {
+        &self.key
+    }
+
+    /// Bytes currently reserved by this put (0 once it has failed).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.shared
+            .with_inner(|inner| inner.reserved_by(self.put_id))
+    }
+
+    /// Grows the reservation by `additional_bytes`, evicting stored entries if needed:
+    /// expired ones first (cause `Expired`), then by policy (cause `Size`).
+    ///
+    /// Call it per incoming batch with [`batch_weight`](super::weight::batch_weight)
+    /// of the compacted batch, so memory is claimed before it piles up.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::EntryTooLarge`](super::Error::EntryTooLarge) once the put's total
+    ///   exceeds `max_entry_bytes`;
+    /// * [`Error::OverBudget`](super::Error::OverBudget) if the bytes cannot fit even
+    ///   after evicting every stored entry (then nothing is evicted);
+    /// * [`Error::InvalidatedDuringPut`](super::Error::InvalidatedDuringPut) if the
+    ///   key was invalidated since `begin_put`.
+    ///
+    /// A failure releases the whole reservation; every later `reserve` or `commit`
+    /// returns the same error, so the caller can simply stop and drop the put.
+    pub fn reserve(&mut self, additional_bytes: u64) -> Result<()> {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.reserve(self.put_id, additional_bytes, now))
+    }
+
+    /// Installs the entry: weighs `batches` exactly, adjusts the reservation to that
+    /// weight (evicting if it exceeds the reservation), makes room under the entry
+    /// cap, and replaces any entry under the same key (cause `Replaced`), all at once.
+    ///
+    /// `ttl_override` replaces the store TTL for this entry; the TTL mode still
+    /// applies. The entry's weight also counts the key bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidatedDuringPut`](super::Error::InvalidatedDuringPut),
+    /// [`Error::EntryTooLarge`](super::Error::EntryTooLarge) or
+    /// [`Error::OverBudget`](super::Error::OverBudget) as for
+    /// [`reserve`](Self::reserve), or the error an earlier `reserve` failed with. On
+    /// error nothing is stored, nothing is replaced and the reservation is released.
+    pub fn commit(
+        self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        ttl_override: Option<Duration>,
+    ) -> Result<CommitOutcome> {
+        let key_bytes = u64::try_from(self.key.len()).unwrap_or(u64::MAX);
+        let weight = entry_weight(&batches).saturating_add(key_bytes);
+        let new_entry = NewEntry {
+            key_hash: self.key_hash,
+            schema,
+            batches,
+            weight,
+            ttl_override,
+        };
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.commit(self.put_id, new_entry, now))
+    }
+}
+
+impl PendingPut {
+    /// Refuses this put on the caller's side (e.g. its wire bytes passed the max
+    /// entry size before they were decoded): counts it as a rejected put and
+    /// releases its reservation.
+    pub fn reject(self) {
+        self.shared.with_inner(Inner::note_rejected_put);
+    }
+}
+
+impl Drop for PendingPut {
+    fn drop(&mut self) {
+        // After a commit the put is already gone and this does nothing.
+        self.shared
+            .with_inner(|inner| inner.release_put(self.put_id));
+    }
+}
+
+impl fmt::Debug for PendingPut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingPut")
+            .field("put_id", &self.put_id)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,543 @@
+//! The store's state behind its one lock, and every state transition: reads,
+//! two-phase puts, removals, room-making and live reconfiguration.
+//!
+//! Callers pass `now` and the key hash in, so every method here is a deterministic
+//! function of its inputs. Removed entries are parked in `graveyard` so the caller
+//! can drop their Arrow memory after releasing the lock. No I/O.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+
+use super::config::{RemovalCause, StoreConfig, TtlMode};
+use super::entry::Entry;
+use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
+use super::expiry::{ExpiryIndex, compute_deadline};
+use super::sketch::FrequencySketch;
+use super::{CommitOutcome, Error, RemovalCounts, Result, StoreStats};
+
+mod reconfigure;
+
+/// A stored entry and the bookkeeping that points at it.
+#[derive(Debug)]
+struct Slot {
+    key: Bytes,
+    entry: Arc<Entry>,
+    last_access: Duration,
+    deadline: Duration,
+}
+
+/// A put between `begin_put` and commit or drop.
+#[derive(Debug)]
+struct PutState {
+    key: Bytes,
+    reserved: u64,
+    /// An invalidation covering `key` happened after `begin_put`.
+    invalidated: bool,
+    /// Set once the put failed; its reservation is then already released.
+    aborted: Option<Error>,
+}
+
+/// The data of an entry being committed, weighed outside the lock.
+#[derive(Debug)]
+pub(crate) struct NewEntry {
+    pub(crate) key_hash: u64,
+    pub(crate) schema: SchemaRef,
+    pub(crate) batches: Vec<RecordBatch>,
+    pub(crate) weight: u64,
+    pub(crate) ttl_override: Option<Duration>,
+}
+
+/// Everything the store lock protects.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    config: StoreConfig,
+    shares: Shares,
+    /// Key to slot, ordered so prefix listing and invalidation are range scans.
+    index: BTreeMap<Bytes, SlotId>,
+    slots: Vec<Option<Slot>>,
+    free_slots: Vec<SlotId>,
+    order: EvictionOrder,
+    expiry: ExpiryIndex,
+    sketch: FrequencySketch,
+    puts: HashMap<u64, PutState>,
+    next_put_id: u64,
+    used_bytes: u64,
+    reserved_bytes: u64,
+    hits: u64,
+    misses: u64,
+    inserts: u64,
+    evictions: RemovalCounts,
+    rejected_puts: u64,
+    discarded_puts: u64,
+    /// Removed entries waiting to be dropped outside the lock.
+    pub(crate) graveyard: Vec<Arc<Entry>>,
+}
+
+impl Inner {
+    /// Creates an empty state for an already validated config.
+    pub(crate) fn new(config: StoreConfig) -> Self {
+        Self {
+            shares: Shares::for_caps(config.max_entries, config.budget_bytes),
+            sketch: FrequencySketch::for_capacity(config.max_entries),
+            config,
+            index: BTreeMap::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            order: EvictionOrder::new(),
+            expiry: ExpiryIndex::new(),
+            puts: HashMap::new(),
+            next_put_id: 0,
+            used_bytes: 0,
+            reserved_bytes: 0,
+            hits: 0,
+            misses: 0,
+            inserts: 0,
+            evictions: RemovalCounts::default(),
+            rejected_puts: 0,
+            discarded_puts: 0,
+            graveyard: Vec::new(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    // ----- reads -----
+
+    pub(crate) fn get(&mut self, key: &[u8], key_hash: u64, now: Duration) -> Option<Arc<Entry>> {
+        self.sketch.increment(key_hash);
+        let Some(&id) = self.index.get(key) else {
+            self.misses += 1;
+            return None;
+        };
+        let (mode, ttl) = (self.config.ttl_mode, self.config.ttl);
+        let Some(slot) = self.slots.get_mut(id).and_then(Option::as_mut) else {
+            self.misses += 1;
+            return None;
+        };
+        if slot.deadline <= now {
+            self.remove_slot(id, RemovalCause::Expired);
+            self.misses += 1;
+            return None;
+        }
+        slot.last_access = now;
+        slot.entry.record_hit();
+        if mode == TtlMode::Sliding {
+            let entry_ttl = slot.entry.ttl_override().unwrap_or(ttl);
+            let deadline = compute_deadline(mode, slot.entry.created_at(), now, entry_ttl);
+            self.expiry.reschedule(id, slot.deadline, deadline);
+            slot.deadline = deadline;
+            slot.entry.set_expires_at(deadline);
+        }
+        let entry = Arc::clone(&slot.entry);
+        self.order.touch(id);
+        self.hits += 1;
+        Some(entry)
+    }
+
+    pub(crate) fn peek(&self, key: &[u8], now: Duration) -> Option<Arc<Entry>> {
+        let slot = self.slot(*self.index.get(key)?)?;
+        (slot.deadline > now).then(|| Arc::clone(&slot.entry))
+    }
+
+    pub(crate) fn list(&self, prefix: &[u8], now: Duration) -> Vec<(Bytes, Arc<Entry>)> {
+        self.prefix_range(prefix)
+            .filter_map(|(_, &id)| self.slot(id))
+            .filter(|slot| slot.deadline > now)
+            .map(|slot| (slot.key.clone(), Arc::clone(&slot.entry)))
+            .collect()
+    }
+
+    // ----- two-phase puts -----
+
+    pub(crate) fn begin_put(&mut self, key: Bytes) -> u64 {
+        let id = self.next_put_id;
+        self.next_put_id += 1;
+        let put = PutState {
+            key,
+            reserved: 0,
+            invalidated: false,
+            aborted: None,
+        };
+        self.puts.insert(id, put);
+        id
+    }
+
+    pub(crate) fn reserved_by(&self, put_id: u64) -> u64 {
+        self.puts.get(&put_id).map_or(0, |put| put.reserved)
+    }
+
+    pub(crate) fn reserve(&mut self, put_id: u64, additional: u64, now: Duration) -> Result<()> {
+        // A put's state lives until its commit or drop, so this is unreachable.
+        let Some(put) = self.puts.get(&put_id) else {
+            return Err(Error::InvalidatedDuringPut);
+        };
+        if let Some(error) = &put.aborted {
+            return Err(error.clone());
+        }
+        if put.invalidated {
+            return self.abort_put(put_id, Error::InvalidatedDuringPut);
+        }
+        let total = put.reserved.saturating_add(additional);
+        let max = self.config.max_entry_bytes;
+        if total > max {
+            return self.abort_put(put_id, Error::EntryTooLarge { size: total, max });
+        }
+        let reserved_by_others = self.reserved_bytes - put.reserved;
+        if total > self.config.budget_bytes.saturating_sub(reserved_by_others) {
+            let available = self.free_bytes();
+            let error = Error::OverBudget {
+                needed: additional,
+                available,
+            };
+            return self.abort_put(put_id, error);
+        }
+        let incoming = Incoming {
+            entries: 1,
+            bytes: total,
+        };
+        if !self.make_room(additional, incoming, now).1 {
+            let available = self.free_bytes();
+            let error = Error::OverBudget {
+                needed: additional,
+                available,
+            };
+            return self.abort_put(put_id, error);
+        }
+        if let Some(put) = self.puts.get_mut(&put_id) {
+            put.reserved = total;
+            self.reserved_bytes += additional;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn commit(
+        &mut self,
+        put_id: u64,
+        new: NewEntry,
+        now: Duration,
+    ) -> Result<CommitOutcome> {
+        // Whatever happens next, the put is over and its reservation released.
+        // A put's state lives until its commit or drop, so this is unreachable.
+        let Some(put) = self.puts.remove(&put_id) else {
+            return Err(Error::InvalidatedDuringPut);
+        };
+        self.reserved_bytes -= put.reserved;
+        if let Some(error) = put.aborted {
+            return Err(error);
+        }
+        if put.invalidated {
+            self.discarded_puts += 1;
+            return Err(Error::InvalidatedDuringPut);
+        }
+        let max = self.config.max_entry_bytes;
+        if new.weight > max {
+            self.rejected_puts += 1;
+            return Err(Error::EntryTooLarge {
+                size: new.weight,
+                max,
+            });
+        }
+        // Every stored entry is evictable, reservations of other puts are not; refuse
+        // before evicting anything if even an empty store could not hold the entry.
+        if new.weight > self.config.budget_bytes.saturating_sub(self.reserved_bytes) {
+            self.rejected_puts += 1;
+            let available = self.free_bytes();
+            return Err(Error::OverBudget {
+                needed: new.weight,
+                available,
+            });
+        }
+        let mut replaced = false;
+        if let Some(&old) = self.index.get(&put.key) {
+            let old_expired = self.slot(old).is_some_and(|slot| slot.deadline <= now);
+            replaced = !old_expired;
+            let cause = if old_expired {
+                RemovalCause::Expired
+            } else {
+                RemovalCause::Replaced
+            };
+            self.remove_slot(old, cause);
+        }
+        let incoming = Incoming {
+            entries: 1,
+            bytes: new.weight,
+        };
+        let (mut evicted, fits) = self.make_room(new.weight, incoming, now);
+        while fits && self.index.len() as u64 >= self.config.max_entries {
+            match self.evict_one(incoming, now) {
+                Some(_) => evicted += 1,
+                None => break,
+            }
+        }
+        if !fits || self.index.len() as u64 >= self.config.max_entries {
+            // Unreachable while the accounting invariants hold: max_entries >= 1 and
+            // the feasibility check above guarantee evicting everything makes room.
+            self.rejected_puts += 1;
+            let available = self.free_bytes();
+            return Err(Error::OverBudget {
+                needed: new.weight,
+                available,
+            });
+        }
+        let ttl = new.ttl_override.unwrap_or(self.config.ttl);
+        let deadline = compute_deadline(self.config.ttl_mode, now, now, ttl);
+        let entry = Entry::new(
+            new.schema,
+            new.batches,
+            new.weight,
+            now,
+            new.ttl_override,
+            deadline,
+        );
+        let id = self.alloc_slot(Slot {
+            key: put.key.clone(),
+            entry: Arc::new(entry),
+            last_access: now,
+            deadline,
+        });
+        self.index.insert(put.key, id);
+        self.order
+            .insert(id, new.key_hash, new.weight, self.config.eviction);
+        self.expiry.insert(deadline, id);
+        self.used_bytes += new.weight;
+        self.inserts += 1;
+        Ok(CommitOutcome {
+            weight_bytes: new.weight,
+            replaced,
+            evicted,
+            expires_at: deadline,
+        })
+    }
+
+    /// Counts a put the caller refused before reserving its bytes.
+    pub(crate) fn note_rejected_put(&mut self) {
+        self.rejected_puts += 1;
+    }
+
+    /// Forgets a put that was dropped without commit, releasing its reservation.
+    pub(crate) fn release_put(&mut self, put_id: u64) {
+        if let Some(put) = self.puts.remove(&put_id) {
+            self.reserved_bytes -= put.reserved;
+        }
+    }
+
+    /// Fails a put: releases its reservation and remembers the error for later calls.
+    fn abort_put(&mut self, put_id: u64, error: Error) -> Result<()> {
+        if let Some(put) = self.puts.get_mut(&put_id) {
+            self.reserved_bytes -= put.reserved;
+            put.reserved = 0;
+            put.aborted = Some(error.clone());
+            match error {
+                Error::InvalidatedDuringPut => self.discarded_puts += 1,
+                _ => self.rejected_puts += 1,
+            }
+        }
+        Err(error)
+    }
+
+    // ----- invalidation and expiry -----
+
+    pub(crate) fn invalidate(&mut self, key: &[u8], now: Duration) -> bool {
+        self.mark_puts_invalidated(|put_key| put_key == key);
+        match self.index.get(key) {
+            Some(&id) => self.remove_invalidated(id, now),
+            None => false,
+        }
+    }
+
+    pub(crate) fn invalidate_prefix(&mut self, prefix: &[u8], now: Duration) -> u64 {
+        self.mark_puts_invalidated(|put_key| put_key.starts_with(prefix));
+        let ids: Vec<SlotId> = self.prefix_range(prefix).map(|(_, &id)| id).collect();
+        self.remove_all_invalidated(ids, now)
+    }
+
+    pub(crate) fn clear(&mut self, now: Duration) -> u64 {
+        self.mark_puts_invalidated(|_| true);
+        let ids: Vec<SlotId> = self.index.values().copied().collect();
+        self.remove_all_invalidated(ids, now)
+    }
+
+    pub(crate) fn purge_expired(&mut self, now: Duration) -> u64 {
+        let mut purged = 0;
+        while let Some(id) = self.expiry.first_expired(now) {
+            self.remove_slot(id, RemovalCause::Expired);
+            purged += 1;
+        }
+        purged
+    }
+
+    fn mark_puts_invalidated(&mut self, covers: impl Fn(&[u8]) -> bool) {
+        for put in self.puts.values_mut() {
+            if covers(&put.key) {
+                put.invalidated = true;
+            }
+        }
+    }
+
+    fn remove_all_invalidated(&mut self, ids: Vec<SlotId>, now: Duration) -> u64 {
+        ids.into_iter()
+            .map(|id| u64::from(self.remove_invalidated(id, now)))
+            .sum()
+    }
+
+    /// Removes an entry on invalidation: `Explicit` if live, `Expired` (and not
+    /// counted as invalidated) if its deadline had already passed.
+    fn remove_invalidated(&mut self, id: SlotId, now: Duration) -> bool {
+        let live = self.slot(id).is_some_and(|slot| slot.deadline > now);
+        let cause = if live {
+            RemovalCause::Explicit
+        } else {
+            RemovalCause::Expired
+        };
+        self.remove_slot(id, cause);
+        live
+    }
+
+    // ----- room making -----
+
+    /// Evicts until `needed` more bytes fit: expired entries first, then by policy.
+    /// `incoming` is what will enter the eviction window afterwards. Returns the
+    /// number evicted and whether the bytes now fit.
+    fn make_room(&mut self, needed: u64, incoming: Incoming, now: Duration) -> (u64, bool) {
+        let mut evicted = 0;
+        while self.free_bytes() < needed {
+            if self.evict_one(incoming, now).is_none() {
+                return (evicted, false);
+            }
+            evicted += 1;
+        }
+        (evicted, true)
+    }
+
+    /// Removes one entry to free room: the earliest expired one if any (cause
+    /// `Expired`), else the policy's victim (cause `Size`).
+    fn evict_one(&mut self, incoming: Incoming, now: Duration) -> Option<RemovalCause> {
+        if let Some(id) = self.expiry.first_expired(now) {
+            self.remove_slot(id, RemovalCause::Expired);
+            return Some(RemovalCause::Expired);
+        }
+        loop {
+            match self
+                .order
+                .select(self.config.eviction, self.shares, incoming, &self.sketch)?
+            {
+                Selection::Promote(candidate) => self.order.promote(candidate),
+                Selection::Evict { victim, admit } => {
+                    if let Some(candidate) = admit {
+                        self.order.promote(candidate);
+                    }
+                    self.remove_slot(victim, RemovalCause::Size);
+                    return Some(RemovalCause::Size);
+                }
+            }
+        }
+    }
+
+    fn free_bytes(&self) -> u64 {
+        self.config
+            .budget_bytes
+            .saturating_sub(self.used_bytes + self.reserved_bytes)
+    }
+
+    // ----- stats -----
+
+    pub(crate) fn stats(&self) -> StoreStats {
+        StoreStats {
+            entries: self.index.len() as u64,
+            used_bytes: self.used_bytes,
+            reserved_bytes: self.reserved_bytes,
+            budget_bytes: self.config.budget_bytes,
+            max_entries: self.config.max_entries,
+            in_flight_puts: self.puts.len() as u64,
+            hits: self.hits,
+            misses: self.misses,
+            inserts: self.inserts,
+            evictions: self.evictions,
+            rejected_puts: self.rejected_puts,
+            discarded_puts: self.discarded_puts,
+        }
+    }
+
+    // ----- slots -----
+
+    fn slot(&self, id: SlotId) -> Option<&Slot> {
+        self.slots.get(id).and_then(Option::as_ref)
+    }
+
+    fn alloc_slot(&mut self, slot: Slot) -> SlotId {
+        match self.free_slots.pop() {
+            Some(id) => {
+                if let Some(free) = self.slots.get_mut(id) {
+                    *free = Some(slot);
+                }
+                id
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Removes a stored entry from every structure and counts the removal.
+    fn remove_slot(&mut self, id: SlotId, cause: RemovalCause) {
+        let Some(slot) = self.slots.get_mut(id).and_then(Option::take) else {
+            return;
+        };
+        self.index.remove(&slot.key);
+        self.order.remove(id);
+        self.expiry.remove(slot.deadline, id);
+        self.used_bytes -= slot.entry.weight_bytes();
+        self.evictions.record(cause);
+        self.free_slots.push(id);
+        self.graveyard.push(slot.entry);
+    }
+
+    fn prefix_range<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a Bytes, &'a SlotId)> + 'a {
+        self.index
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(key, _)| key.starts_with(prefix))
+    }
+
+    /// Panics if the internal structures disagree or a cap is exceeded.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        let live: Vec<&Slot> = self.slots.iter().flatten().collect();
+        assert_eq!(live.len(), self.index.len(), "slots vs index");
+        assert_eq!(self.order.len(), self.index.len() as u64, "order vs index");
+        assert_eq!(self.expiry.len(), self.index.len(), "expiry vs index");
+        let weights: u64 = live.iter().map(|slot| slot.entry.weight_bytes()).sum();
+        assert_eq!(weights, self.used_bytes, "used bytes");
+        assert_eq!(self.order.bytes(), self.used_bytes, "order bytes");
+        let reserved: u64 = self.puts.values().map(|put| put.reserved).sum();
+        assert_eq!(reserved, self.reserved_bytes, "reserved bytes");
+        assert!(
+            self.used_bytes + self.reserved_bytes <= self.config.budget_bytes,
+            "budget exceeded"
+        );
+        assert!(
+            self.index.len() as u64 <= self.config.max_entries,
+            "entry cap exceeded"
+        );
+        for (key, &id) in &self.index {
+            let slot = self.slot(id).expect("indexed slot exists");
+            assert_eq!(&slot.key, key);
+            assert_eq!(slot.entry.expires_at(), slot.deadline);
+            assert!(
+                slot.entry.weight_bytes() <= self.config.max_entry_bytes,
+                "entry too large"
+            );
+        }
+    }
+}

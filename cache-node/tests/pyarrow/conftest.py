@@ -1,0 +1,70 @@
+"""Starts a real flightcache-node for the pyarrow tests.
+
+The binary comes from FLIGHTCACHE_NODE_BIN (set by .ci/run) or the cargo target dir.
+Each test module gets its own node on free loopback ports; it is stopped with SIGTERM
+by PID at the end.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.flight as flight
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_binary() -> str:
+    explicit = os.environ.get("FLIGHTCACHE_NODE_BIN")
+    if explicit:
+        return explicit
+    target = os.environ.get("CARGO_TARGET_DIR", str(Path(__file__).resolve().parents[3] / "target"))
+    return str(Path(target) / "debug" / "flightcache-node")
+
+
+class Node:
+    def __init__(self, *flags: str):
+        self.port = _free_port()
+        self.metrics_port = _free_port()
+        self.location = f"grpc://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [node_binary(), "--listen", f"127.0.0.1:{self.port}",
+             "--metrics-listen", f"127.0.0.1:{self.metrics_port}", *flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node exited: {self.proc.stderr.read().decode()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("node did not start listening within 30s")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def node():
+    n = Node()
+    yield n
+    n.stop()
+
+
+@pytest.fixture()
+def client(node):
+    c = flight.connect(node.location)
+    yield c
+    c.close()
