@@ -36,7 +36,5 @@ die() { printf '[%s] error: %s\n' "$(elapsed)" "$*" >&2; exit 1; }
 
 need_root() { [[ $(id -u) == 0 ]] || die "must run as root (it creates a bridge, iptables rules and mounts)"; }
 
-bindir() { "$E2E/k8s/build" --dir; }
-
 kctl() { "$STATE/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 ctrd() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }

@@ -3,8 +3,10 @@
 //	probe serve [ADDR]   HTTP on ADDR (default :8080): "/" answers "<hostname>\n", "/healthz" "ok"
 //	probe get URL        GET URL, print the body; exit 1 unless 200
 //	probe kube-api       from inside a pod: call the API server through the `kubernetes`
-//	                     Service (https://kubernetes.default.svc) with the pod's service
-//	                     account token, verify TLS with the mounted CA, print who we are
+//	                     Service, at $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT (as
+//	                     client-go and kube-rs do) and at https://kubernetes.default.svc, with
+//	                     the pod's service account token; verify TLS with the mounted CA;
+//	                     print who the API server says we are
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -99,25 +102,41 @@ func kubeAPI() error {
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 	}
-	url := "https://kubernetes.default.svc/apis/authentication.k8s.io/v1/selfsubjectreviews"
+	// the address in-cluster clients (client-go, kube-rs) take from the environment, then the DNS name
+	hosts := []string{"kubernetes.default.svc"}
+	if h, p := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"); h != "" && p != "" {
+		hosts = append([]string{net.JoinHostPort(h, p)}, hosts...)
+	}
+	for _, host := range hosts {
+		user, err := selfSubjectReview(&client, host, token)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("https://%s: apiserver says I am %s\n", host, user)
+	}
+	return nil
+}
+
+func selfSubjectReview(client *http.Client, host string, token []byte) (string, error) {
+	url := "https://" + host + "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, answer)
+		return "", fmt.Errorf("%s: %s: %s", url, resp.Status, answer)
 	}
 	var review struct {
 		Status struct {
@@ -127,8 +146,7 @@ func kubeAPI() error {
 		} `json:"status"`
 	}
 	if err := json.Unmarshal(answer, &review); err != nil {
-		return err
+		return "", err
 	}
-	fmt.Printf("apiserver says I am %s\n", review.Status.UserInfo.Username)
-	return nil
+	return review.Status.UserInfo.Username, nil
 }
