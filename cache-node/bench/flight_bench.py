@@ -536,7 +536,7 @@ def measure_memory(procs: Processes, node_bin: str, settings: Settings, log) -> 
     refused = sum(r[2] for r in results)
     other = sum(r[3] for r in results)
     first_other = next((r[4] for r in results if r[4]), "")
-    out["storm"] = dict(base=base, max_rss=max(samples), budget=settings.storm_budget, max_entry=max_entry,
+    out["storm"] = dict(base=base, clients=settings.storm_clients, max_rss=max(samples), budget=settings.storm_budget, max_entry=max_entry,
                         puts_ok=ok, refused=refused, other_errors=other, first_other=first_other,
                         used_after=int(stats.get("usedBytes", 0)), entries_after=stats.get("entries"),
                         seconds=settings.storm_seconds, samples=len(samples), entry_bytes=table.nbytes)
@@ -558,100 +558,116 @@ def verdict(ok: bool) -> str:
 
 
 def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str], tables: dict) -> str:
-    L = []
+    L: list[str] = []
+    summary: list[tuple[str, str, str]] = []  # (target, figure, PASS/MISS)
+    both = NODE in kinds and PYARROW in kinds
     L.append(f"Mode: {'quick' if meta['quick'] else 'full'} · {meta['date']} · {meta['machine']}")
     L.append(f"Versions: {meta['versions']}")
     L.append(f"Load average (1 min) at start {meta['load_start']}, at end {meta['load_end']} · bench time {meta['elapsed']:.0f} s")
-    L.append("")
-    L.append("Latency in µs (p50 / p99), Python client on loopback. `hit` = one DoGet with a ticket built from the key")
-    L.append("(Redis: GET + IPC decode); `info+get` = GetFlightInfo + DoGet; `put` = DoPut of the whole table (Redis: IPC encode + SET).")
     L.append("")
 
     def cell(op, shape, kind):
         s = lat.get(op, {}).get(shape, {}).get(kind)
         return f"{us(s.p(50))} / {us(s.p(99))}" if s else "n/a"
 
-    for op, title in (("hit", "hit"), ("info_get", "info+get"), ("put", "put")):
-        head = ["shape", "Arrow bytes"] + [f"{LABELS[k]} {title}" for k in kinds]
-        tgt = []
-        if NODE in kinds and PYARROW in kinds:
-            tgt.append("node/pyarrow p50")
+    if lat:
+        L.append("Latency in µs (p50 / p99), Python client on loopback. `hit` = one DoGet with a ticket built from the key")
+        L.append("(Redis: GET + IPC decode); `info+get` = GetFlightInfo + DoGet; `put` = DoPut of the whole table (Redis: IPC encode + SET).")
+        L.append("")
+    for op, title in (("hit", "hit"), ("info_get", "info+get"), ("put", "put")) if lat else ():
+        op_kinds = [k for k in kinds if op != "info_get" or k != REDIS]
+        head = ["shape", "Arrow bytes"] + [f"{LABELS[k]} {title}" for k in op_kinds]
+        if both:
+            head.append("node/pyarrow p50")
         if op == "hit" and NODE in kinds:
             if PYARROW in kinds:
-                tgt.append("≤ 0.67× pyarrow")
+                head.append("target ≤ 0.67× pyarrow")
             if REDIS in kinds:
-                tgt.append("≤ Redis+IPC")
-        elif op == "info_get" or op == "put":
-            pass
-        head += tgt
+                head.append("target ≤ Redis+IPC")
         L.append("| " + " | ".join(head) + " |")
         L.append("|" + "|".join(["---"] * len(head)) + "|")
         for shape in SHAPES:
-            if op == "info_get":
-                row_kinds = [k for k in kinds if k != REDIS]
-            else:
-                row_kinds = kinds
-            row = [shape_name(shape), f"{tables[shape].nbytes:,}"]
-            row += [cell(op, shape, k) if k in row_kinds else "n/a" for k in kinds]
-            if NODE in kinds and PYARROW in kinds:
-                n = lat[op][shape][NODE].p(50)
-                p = lat[op][shape][PYARROW].p(50)
-                row.append(f"{n / p:.2f}×")
+            row = [shape_name(shape), f"{tables[shape].nbytes:,}"] + [cell(op, shape, k) for k in op_kinds]
+            if both:
+                row.append(f"{lat[op][shape][NODE].p(50) / lat[op][shape][PYARROW].p(50):.2f}×")
             if op == "hit" and NODE in kinds:
                 n = lat[op][shape][NODE].p(50)
                 if PYARROW in kinds:
                     p = lat[op][shape][PYARROW].p(50)
-                    row.append(f"{verdict(n <= 0.67 * p)} ({n / p:.2f}×)")
+                    v = verdict(n <= 0.67 * p)
+                    row.append(f"{v} ({n / p:.2f}×)")
+                    summary.append((f"hit p50 {shape_name(shape)} ≤ 0.67× pyarrow", f"{us(n)} vs {us(p)} µs ({n / p:.2f}×)", v))
                 if REDIS in kinds:
                     r = lat[op][shape][REDIS].p(50)
                     if shape in REDIS_TARGET_SHAPES:
-                        row.append(f"{verdict(n <= r)} ({n / r:.2f}×)")
+                        v = verdict(n <= r)
+                        row.append(f"{v} ({n / r:.2f}×)")
+                        summary.append((f"hit p50 {shape_name(shape)} ≤ Redis+IPC", f"{us(n)} vs {us(r)} µs ({n / r:.2f}×)", v))
                     else:
                         row.append(f"— ({n / r:.2f}×)")
             L.append("| " + " | ".join(row) + " |")
         L.append("")
 
-    L.append(f"Throughput, {shape_name(THROUGHPUT_SHAPE)} ({tables[THROUGHPUT_SHAPE].nbytes:,} Arrow bytes) read in a loop by N client processes;")
-    L.append("tiny calls = DoAction `ping` (Redis: PING). MB = 10^6 bytes of Arrow data received.")
-    L.append("")
-    head = ["measure"] + [LABELS[k] for k in kinds] + (["target", "result"] if NODE in kinds and PYARROW in kinds else [])
-    L.append("| " + " | ".join(head) + " |")
-    L.append("|" + "|".join(["---"] * len(head)) + "|")
-    for (op, clients), row in thr.items():
-        if op == "stream":
-            name = f"read MB/s, {clients} client{'s' if clients > 1 else ''}"
-            vals = [f"{row[k][1] / MB:,.0f}" for k in kinds]
-            extra = ["—", "—"] if NODE in kinds and PYARROW in kinds else []
-        else:
-            name = f"tiny calls/s, {clients} client{'s' if clients > 1 else ''}"
-            vals = [f"{row[k][0]:,.0f}" for k in kinds]
-            extra = []
-            if NODE in kinds and PYARROW in kinds:
-                ratio = row[NODE][0] / row[PYARROW][0]
-                extra = ["≥ 3× pyarrow", f"{verdict(ratio >= 3.0)} ({ratio:.2f}×)"]
-        L.append("| " + " | ".join([name] + vals + extra) + " |")
-    L.append("")
+    if thr:
+        L.append(f"Throughput: {shape_name(THROUGHPUT_SHAPE)} ({tables[THROUGHPUT_SHAPE].nbytes:,} Arrow bytes) read in a loop (one DoGet; Redis: GET + decode)")
+        L.append("by N client processes; tiny calls = DoAction `ping` (Redis: PING). MB = 10^6 bytes of Arrow data received.")
+        L.append("")
+        head = ["measure"] + [LABELS[k] for k in kinds] + (["target", "result"] if both else [])
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + "|".join(["---"] * len(head)) + "|")
+        for (op, clients), row in thr.items():
+            plural = "s" if clients > 1 else ""
+            if op == "stream":
+                name = f"read MB/s, {clients} client{plural}"
+                vals = [f"{row[k][1] / MB:,.0f}" for k in kinds]
+                extra = ["—", "—"] if both else []
+            else:
+                name = f"tiny calls/s, {clients} client{plural}"
+                vals = [f"{row[k][0]:,.0f}" for k in kinds]
+                extra = []
+                if both:
+                    ratio = row[NODE][0] / row[PYARROW][0]
+                    v = verdict(ratio >= 3.0)
+                    extra = ["≥ 3× pyarrow", f"{v} ({ratio:.2f}×)"]
+                    summary.append((f"tiny calls/s, {clients} client{plural} ≥ 3× pyarrow",
+                                    f"{row[NODE][0]:,.0f} vs {row[PYARROW][0]:,.0f} ({ratio:.2f}×)", v))
+            L.append("| " + " | ".join([name] + vals + extra) + " |")
+        L.append("")
 
     if mem:
         m, s = mem["mem"], mem["storm"]
-        L.append("Node memory (VmRSS from /proc/PID/status; used = stats `usedBytes`; base = RSS of the same node empty).")
+        L.append("Node memory: RSS = VmRSS from /proc/PID/status; used = stats `usedBytes` (Arrow bytes held); base = RSS of the same node, empty.")
         L.append("")
-        L.append("| measure | value | target | result |")
+        L.append("| measure | figures | target | result |")
         L.append("|---|---|---|---|")
         limit = 1.05 * m["used"] + m["base"]
+        v = verdict(m["rss"] <= limit)
         L.append(f"| RSS vs held bytes: budget {m['budget'] // MiB} MiB, {m['entries_put']} puts of {shape_name(THROUGHPUT_SHAPE)} "
-                 f"→ {m['entries']} entries | RSS {m['rss'] / MiB:,.1f} MiB, used {m['used'] / MiB:,.1f} MiB, base {m['base'] / MiB:,.1f} MiB, "
+                 f"→ {m['entries']} entries | RSS {m['rss'] / MiB:,.1f} MiB, used {m['used'] / MiB:,.1f} MiB, base {m['base'] / MiB:,.1f} MiB; "
                  f"RSS/used {m['rss'] / max(1, m['used']):.3f}, (RSS−base)/used {(m['rss'] - m['base']) / max(1, m['used']):.3f} "
-                 f"| RSS ≤ 1.05×used + base = {limit / MiB:,.1f} MiB | {verdict(m['rss'] <= limit)} |")
+                 f"| RSS ≤ 1.05×used + base = {limit / MiB:,.1f} MiB | {v} |")
+        summary.append(("RSS ≤ 1.05×used + base", f"{m['rss'] / MiB:,.1f} MiB vs {limit / MiB:,.1f} MiB", v))
         limit = s["budget"] + s["base"]
-        L.append(f"| put storm: {4} processes, distinct keys of {shape_name(THROUGHPUT_SHAPE)}, {s['seconds']:.0f} s, budget {s['budget'] // MiB} MiB "
-                 f"(max entry {s['max_entry'] // MiB} MiB), RSS sampled every 100 ms ({s['samples']} samples) "
+        v = verdict(s["max_rss"] <= limit)
+        L.append(f"| put storm: {s['clients']} processes putting distinct keys of {shape_name(THROUGHPUT_SHAPE)} for {s['seconds']:.0f} s, "
+                 f"budget {s['budget'] // MiB} MiB (max entry {s['max_entry'] // MiB} MiB), RSS sampled every 100 ms ({s['samples']} samples) "
                  f"| max RSS {s['max_rss'] / MiB:,.1f} MiB (base {s['base'] / MiB:,.1f} MiB); puts ok {s['puts_ok']:,}, "
-                 f"RESOURCE_EXHAUSTED {s['refused']:,}, other errors {s['other_errors']:,}; after: used {s['used_after'] / MiB:,.1f} MiB, "
-                 f"{s['entries_after']} entries | max RSS ≤ budget + base = {limit / MiB:,.1f} MiB | {verdict(s['max_rss'] <= limit)} |")
+                 f"RESOURCE_EXHAUSTED {s['refused']:,}, other errors {s['other_errors']:,}; afterwards used {s['used_after'] / MiB:,.1f} MiB "
+                 f"in {s['entries_after']} entries | max RSS ≤ budget + base = {limit / MiB:,.1f} MiB | {v} |")
+        summary.append(("storm max RSS ≤ budget + base", f"{s['max_rss'] / MiB:,.1f} MiB vs {limit / MiB:,.1f} MiB", v))
         if s["first_other"]:
             L.append("")
-            L.append(f"First non-RESOURCE_EXHAUSTED put error in the storm: `{s['first_other']}`")
+            L.append(f"First put error in the storm other than RESOURCE_EXHAUSTED: `{s['first_other']}`")
+        L.append("")
+
+    if summary:
+        passed = sum(1 for _, _, v in summary if v == "PASS")
+        L.append(f"Targets: {passed} of {len(summary)} met.")
+        L.append("")
+        L.append("| target | figure | result |")
+        L.append("|---|---|---|")
+        for target, figure, v in summary:
+            L.append(f"| {target} | {figure} | {v} |")
         L.append("")
     return "\n".join(L)
 
@@ -691,7 +707,8 @@ def main() -> int:
     parser.add_argument("--redis-bin", default="redis-server")
     parser.add_argument("--systems", default="node,pyarrow,redis", help="comma list of node, pyarrow, redis")
     parser.add_argument("--quick", action="store_true", help="short run (~1-2 min) for CI smoke")
-    parser.add_argument("--skip-memory", action="store_true", help="leave out the node memory measurements")
+    parser.add_argument("--parts", default="latency,throughput,memory",
+                        help="comma list of latency, throughput, memory (default: all)")
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument("--pidfile", help="keep the PIDs of the started servers in this file")
     parser.add_argument("--workdir", help="server logs go here (default: a temporary directory)")
@@ -700,6 +717,9 @@ def main() -> int:
     kinds = [k for k in (NODE, PYARROW, REDIS) if k in args.systems.split(",")]
     if NODE in kinds and not args.node_bin:
         parser.error("--node-bin is required when the node is benchmarked")
+    parts = set(args.parts.split(","))
+    if parts - {"latency", "throughput", "memory"}:
+        parser.error(f"unknown part(s) in --parts: {sorted(parts - {'latency', 'throughput', 'memory'})}")
     settings = Settings.make(args.quick)
     workdir = args.workdir or tempfile.mkdtemp(prefix="flightcache-bench-")
     os.makedirs(workdir, exist_ok=True)
@@ -748,17 +768,20 @@ def main() -> int:
             stats = systems[NODE].action_json("stats")
             log(f"bench: node stats after load: {stats}")
 
-        log("bench: latency")
-        lat = measure_latency(systems, tables, settings, log)
-        log("bench: throughput")
-        thr = measure_throughput(ports, settings, log)
+        lat, thr = {}, {}
+        if "latency" in parts:
+            log("bench: latency")
+            lat = measure_latency(systems, tables, settings, log)
+        if "throughput" in parts:
+            log("bench: throughput")
+            thr = measure_throughput(ports, settings, log)
         for system in systems.values():
             system.close()
         for kind in list(ports):
             procs.stop(kind)
 
         mem = None
-        if NODE in kinds and not args.skip_memory:
+        if NODE in kinds and "memory" in parts:
             log("bench: node memory")
             mem = measure_memory(procs, args.node_bin, settings, log)
 
