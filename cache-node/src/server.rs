@@ -113,31 +113,8 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         Auth::new(auth_token),
     );
 
-    let flight_listener = TcpListener::bind(listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: listen,
-            source,
-        })?;
-    let flight_addr = flight_listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind {
-            addr: listen,
-            source,
-        })?;
-    let metrics_listener =
-        TcpListener::bind(metrics_listen)
-            .await
-            .map_err(|source| ServerError::Bind {
-                addr: metrics_listen,
-                source,
-            })?;
-    let metrics_addr = metrics_listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind {
-            addr: metrics_listen,
-            source,
-        })?;
+    let (flight_listener, flight_addr) = bind(listen).await?;
+    let (metrics_listener, metrics_addr) = bind(metrics_listen).await?;
 
     let (stop, stop_rx) = watch::channel(false);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -224,6 +201,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let node = start(config).await?;
     shutdown.await;
     node.shutdown().await
+}
+
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let bind_error = |source| ServerError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let bound = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, bound))
 }
 
 async fn serve_metrics(

@@ -152,6 +152,7 @@ impl FlightService for FlightCacheService {
     type DoActionStream = FlightStream<arrow_flight::Result>;
     type ListActionsStream = FlightStream<ActionType>;
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "Handshake"))]
     async fn handshake(
         &self,
         request: Request<Streaming<HandshakeRequest>>,
@@ -182,6 +183,7 @@ impl FlightService for FlightCacheService {
         finish(timer, result)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "ListFlights"))]
     async fn list_flights(
         &self,
         request: Request<Criteria>,
@@ -208,6 +210,7 @@ impl FlightService for FlightCacheService {
         finish(timer, result)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "GetFlightInfo"))]
     async fn get_flight_info(
         &self,
         request: Request<FlightDescriptor>,
@@ -220,6 +223,7 @@ impl FlightService for FlightCacheService {
         finish(timer, result)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "PollFlightInfo"))]
     async fn poll_flight_info(
         &self,
         _request: Request<FlightDescriptor>,
@@ -231,6 +235,7 @@ impl FlightService for FlightCacheService {
         )
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "GetSchema"))]
     async fn get_schema(
         &self,
         request: Request<FlightDescriptor>,
@@ -246,6 +251,7 @@ impl FlightService for FlightCacheService {
         finish(timer, result)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoGet"))]
     async fn do_get(
         &self,
         request: Request<Ticket>,
@@ -271,6 +277,7 @@ impl FlightService for FlightCacheService {
         Ok(Response::new(timed(stream, timer)))
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoPut"))]
     async fn do_put(
         &self,
         request: Request<Streaming<FlightData>>,
@@ -291,6 +298,7 @@ impl FlightService for FlightCacheService {
         finish(timer, result)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoExchange"))]
     async fn do_exchange(
         &self,
         _request: Request<Streaming<FlightData>>,
@@ -299,6 +307,7 @@ impl FlightService for FlightCacheService {
         finish(timer, Err(Error::Unimplemented("DoExchange")))
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoAction"))]
     async fn do_action(
         &self,
         request: Request<Action>,
@@ -314,6 +323,7 @@ impl FlightService for FlightCacheService {
         finish(timer, result)
     }
 
+    #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "ListActions"))]
     async fn list_actions(
         &self,
         request: Request<Empty>,
