@@ -1,4 +1,5 @@
 # Shared settings and helpers of the e2e cluster scripts (sourced, not run).
+# shellcheck disable=SC2034 # the settings are used by the scripts that source this file
 # shellcheck shell=bash
 
 E2E=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -2,6 +2,7 @@
 //
 //	probe serve [ADDR]   HTTP on ADDR (default :8080): "/" answers "<hostname>\n", "/healthz" "ok"
 //	probe get URL        GET URL, print the body; exit 1 unless 200
+//	probe routes         print this network namespace's IPv4 routes ("DEST/PREFIX [via GW] dev IF")
 //	probe kube-api       from inside a pod: call the API server through the `kubernetes`
 //	                     Service, at $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT (as
 //	                     client-go and kube-rs do) and at https://kubernetes.default.svc, with
@@ -20,6 +21,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,7 +31,7 @@ const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 func main() {
 	log.SetFlags(0)
 	if len(os.Args) < 2 {
-		log.Fatal("usage: probe serve [ADDR] | get URL | kube-api")
+		log.Fatal("usage: probe serve [ADDR] | get URL | routes | kube-api")
 	}
 	var err error
 	switch os.Args[1] {
@@ -45,6 +48,8 @@ func main() {
 		err = get(os.Args[2])
 	case "kube-api":
 		err = kubeAPI()
+	case "routes":
+		err = routes()
 	default:
 		log.Fatalf("probe: unknown command %q", os.Args[1])
 	}
@@ -81,6 +86,42 @@ func get(url string) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// routes prints /proc/net/route (an image without ip(8) can still show it has no default route).
+func routes() error {
+	data, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		dst, err1 := hexIPv4(f[1])
+		gw, err2 := hexIPv4(f[2])
+		mask, err3 := hexIPv4(f[7])
+		if err1 != nil || err2 != nil || err3 != nil {
+			return fmt.Errorf("bad /proc/net/route line %q", line)
+		}
+		ones, _ := net.IPMask(mask.To4()).Size()
+		via := ""
+		if !gw.Equal(net.IPv4zero) {
+			via = " via " + gw.String()
+		}
+		fmt.Printf("%s/%d%s dev %s\n", dst, ones, via, f[0])
+	}
+	return nil
+}
+
+// hexIPv4 decodes the little-endian hex addresses of /proc/net/route.
+func hexIPv4(s string) (net.IP, error) {
+	v, err := strconv.ParseUint(s, 16, 32)
+	if err != nil {
+		return nil, err
+	}
+	return net.IPv4(byte(v), byte(v>>8), byte(v>>16), byte(v>>24)), nil
 }
 
 // kubeAPI posts a SelfSubjectReview, which every authenticated identity may create,
