@@ -1,0 +1,207 @@
+//! The `CacheCluster` resource (`flightcache.dev/v1alpha1`): what a user applies.
+//!
+//! A cluster has one or more pools; a pool is one StatefulSet of cache nodes with one
+//! configuration. This module holds the root and cluster-wide types; [`pool`] the pool,
+//! [`status`] what the operator reports, [`defaults`] every default, [`rules`] the CEL
+//! rules the API server enforces, [`validate`] the same checks in Rust, and
+//! [`change_class`] how a change of each field rolls out. Every doc comment here is
+//! `kubectl explain` text and a paragraph of `docs/crd-reference.md`. Pure; no I/O.
+
+pub mod change_class;
+pub mod defaults;
+pub mod pool;
+pub mod rules;
+pub mod status;
+pub mod validate;
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+pub use self::change_class::ChangeClass;
+pub use self::pool::{PersistenceSpec, PoolSpec, SchedulingSpec};
+pub use self::status::{CacheClusterStatus, PoolStatus};
+pub use self::validate::{FieldError, InvalidSpec};
+
+/// The API group of every FlightCache resource.
+pub const GROUP: &str = "flightcache.dev";
+/// The served and stored version of `CacheCluster`.
+pub const VERSION: &str = "v1alpha1";
+
+/// Desired state of a FlightCache cluster: its pools of cache nodes and the settings
+/// they share.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "flightcache.dev",
+    version = "v1alpha1",
+    kind = "CacheCluster",
+    namespaced,
+    shortname = "cc",
+    category = "flightcache",
+    status = "CacheClusterStatus",
+    derive = "PartialEq",
+    doc = "A FlightCache cluster: pools of Arrow Flight cache nodes that hold query results (Arrow record batches) under keys. The operator runs one StatefulSet per pool and keeps its nodes sharded, configured and healthy; TTL, eviction and entry caps change live, without restarts.",
+    printcolumn(
+        name = "Pools",
+        type_ = "string",
+        json_path = ".status.poolNames",
+        description = "Names of the pools."
+    ),
+    printcolumn(
+        name = "Shards",
+        type_ = "string",
+        json_path = ".status.shardsReady",
+        description = "Ready and desired cache nodes over all pools, as ready/desired."
+    ),
+    printcolumn(
+        name = "Config",
+        type_ = "integer",
+        json_path = ".status.configGeneration",
+        description = "Newest node configuration generation the operator has written."
+    ),
+    printcolumn(
+        name = "Up-To-Date",
+        type_ = "integer",
+        json_path = ".status.updatedShards",
+        description = "Cache nodes running the newest configuration generation."
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether every shard of every pool is ready."
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why the cluster is (not) ready.",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    validation = Rule::new(rules::CLUSTER_NAME).message(rules::CLUSTER_NAME_MSG),
+    validation = Rule::new(rules::NAME_LENGTH).message(rules::NAME_LENGTH_MSG).field_path(".spec.pools"),
+)]
+#[x_kube(validation = Rule::new(rules::PORTS_DIFFER).message(rules::PORTS_DIFFER_MSG).field_path(".port"))]
+#[serde(rename_all = "camelCase")]
+pub struct CacheClusterSpec {
+    /// Pools of cache nodes. Each pool is one StatefulSet `<cluster>-<pool>` whose nodes
+    /// share one configuration, and one client Service with the same name. Pools are
+    /// keyed by name (server-side apply merges them by name). Between 1 and 16 pools;
+    /// names must be unique. Adding a pool creates its nodes; removing one deletes
+    /// its nodes and the entries they hold.
+    #[x_kube(
+        validation = Rule::new(rules::POOLS_NOT_EMPTY).message(rules::POOLS_NOT_EMPTY_MSG),
+        validation = Rule::new(rules::POOLS_UNIQUE).message(rules::POOLS_UNIQUE_MSG),
+        merge_strategy = ListMerge::Map(vec!["name".into()])
+    )]
+    #[schemars(length(max = 16))]
+    pub pools: Vec<PoolSpec>,
+
+    /// Container image of the cache nodes (`flightcache-node`). When unset the operator
+    /// uses the image of its own release. A pool may override it.
+    /// Change: restart with handoff (node by node; each node's hot set is handed off).
+    #[x_kube(validation = Rule::new(rules::IMAGE).message(rules::IMAGE_MSG))]
+    #[schemars(length(max = 512))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Arrow Flight (gRPC) port of every node and of each pool's client Service. Clients
+    /// connect to `grpc://<cluster>-<pool>.<namespace>.svc:<port>`. Between 1 and 65535;
+    /// must differ from `monitoring.metricsPort`.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::PORT).message(rules::PORT_MSG))]
+    #[serde(default = "defaults::port")]
+    pub port: i32,
+
+    /// Token authentication. When set, every Flight call but `Handshake` must carry
+    /// `authorization: Bearer <token>`, the token being read from the Secret. Unset:
+    /// no authentication.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+
+    /// TLS for the Flight port. When set, nodes serve gRPC over TLS with the
+    /// certificate in the Secret, and clients use `grpc+tls://`. Unset: plaintext.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+
+    /// Metrics settings of the cache nodes.
+    #[serde(default = "defaults::monitoring")]
+    pub monitoring: MonitoringSpec,
+}
+
+/// Token authentication from a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// Name of a Secret in the cluster's namespace that holds the token clients must
+    /// present.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::AUTH_SECRET_MSG))]
+    #[schemars(length(max = 253))]
+    pub secret_name: String,
+
+    /// Key of the token in the Secret's data.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::SECRET_KEY).message(rules::AUTH_KEY_MSG))]
+    #[schemars(length(max = 253))]
+    #[serde(default = "defaults::auth_key")]
+    pub key: String,
+}
+
+/// TLS certificates from a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Name of a `kubernetes.io/tls` Secret in the cluster's namespace (`tls.crt`,
+    /// `tls.key`). Its certificate must be valid for the pools' Service names
+    /// (`<cluster>-<pool>.<namespace>.svc`) and, since nodes forward to each other,
+    /// for the nodes' own DNS names.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::TLS_SECRET_MSG))]
+    #[schemars(length(max = 253))]
+    pub secret_name: String,
+}
+
+/// Metrics settings of the cache nodes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitoringSpec {
+    /// Port of every node's Prometheus `/metrics` endpoint (named `metrics` on the pods
+    /// and Services). Between 1 and 65535; must differ from `port`.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::PORT).message(rules::METRICS_PORT_MSG))]
+    #[serde(default = "defaults::metrics_port")]
+    pub metrics_port: i32,
+
+    /// Create a prometheus-operator `ServiceMonitor` for the nodes (needs the
+    /// `monitoring.coreos.com` CRDs in the cluster).
+    /// Change: live (no node restarts).
+    #[serde(default = "defaults::service_monitor")]
+    pub service_monitor: bool,
+}
+
+impl Default for MonitoringSpec {
+    fn default() -> Self {
+        defaults::monitoring()
+    }
+}
+
+impl CacheClusterSpec {
+    /// A spec with these pools and every other field at its default.
+    pub fn with_pools(pools: Vec<PoolSpec>) -> Self {
+        Self {
+            pools,
+            image: None,
+            port: defaults::port(),
+            auth: None,
+            tls: None,
+            monitoring: defaults::monitoring(),
+        }
+    }
+}

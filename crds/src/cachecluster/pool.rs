@@ -1,0 +1,204 @@
+//! One pool of a `CacheCluster`: a StatefulSet of cache nodes with one configuration.
+//!
+//! Doc comments are `kubectl explain` text. The CEL rules come from [`super::rules`];
+//! `Rule`, `Reason` and `ListMerge` in the `x_kube` attributes are in scope through
+//! the `KubeSchema` derive. Pure types; no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{defaults, rules};
+use crate::node_config::{EvictionPolicy, TtlMode};
+
+/// One pool of cache nodes. Keys are spread over the pool's nodes by rendezvous
+/// hashing; a client may call any node, which forwards to the owner of the key.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(
+    validation = Rule::new(rules::REPLICAS_LE_SHARDS).message(rules::REPLICAS_LE_SHARDS_MSG).field_path(".replicas"),
+    validation = Rule::new(rules::SIZE_COVERS_MEMORY).message(rules::SIZE_COVERS_MEMORY_MSG).field_path(".persistence.size"),
+    validation = Rule::new(rules::NO_RESOURCES_MEMORY_LIMIT).message(rules::NO_RESOURCES_MEMORY_LIMIT_MSG).field_path(".resources.limits"),
+    validation = Rule::new(rules::PERSISTENCE_KEPT).message(rules::PERSISTENCE_KEPT_MSG).reason(Reason::FieldValueForbidden).field_path(".persistence"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSpec {
+    /// Name of the pool, unique in the cluster: a DNS label (lower-case letters, digits
+    /// and '-', starting with a letter). The pool's StatefulSet and client Service are
+    /// named `<cluster>-<pool>`, its nodes `<cluster>-<pool>-0` … `-<shards-1>`. Renaming
+    /// a pool is removing it and adding another.
+    #[x_kube(validation = Rule::new(rules::POOL_NAME).message(rules::POOL_NAME_MSG))]
+    #[schemars(length(max = 50))]
+    pub name: String,
+
+    /// Number of cache nodes (StatefulSet replicas, members of the pool's hash ring),
+    /// between 1 and 256.
+    /// Change: ring change (nodes are added or drained one at a time and the keys that
+    /// move to another owner are migrated, not dropped).
+    #[x_kube(validation = Rule::new(rules::SHARDS).message(rules::SHARDS_MSG))]
+    #[serde(default = "defaults::shards")]
+    pub shards: i32,
+
+    /// Most entries one node holds, at least 1; when reached, the eviction policy
+    /// picks the victim.
+    /// Change: live (pushed to running nodes; a lower cap evicts down to it at once).
+    #[x_kube(validation = Rule::new(rules::MAX_ENTRIES).message(rules::MAX_ENTRIES_MSG))]
+    #[serde(default = "defaults::max_entries")]
+    pub max_entries: i64,
+
+    /// Default time-to-live of an entry, as whole h, m, s or ms, largest unit first
+    /// (`30s`, `15m`, `1h`, `1h30m`); greater than 0 and at most `720h` (30 days). A
+    /// writer may set a per-entry TTL that overrides it.
+    /// Change: live (entries already stored get anchor + new TTL, so a shorter TTL
+    /// expires old entries at once and a longer one extends them).
+    #[x_kube(
+        validation = Rule::new(rules::TTL_FORMAT).message(rules::TTL_FORMAT_MSG),
+        validation = Rule::new(rules::TTL_RANGE).message(rules::TTL_RANGE_MSG)
+    )]
+    #[schemars(length(max = 40))]
+    #[serde(default = "defaults::ttl")]
+    pub ttl: String,
+
+    /// What anchors the TTL: `absolute` (the entry expires `ttl` after it was written)
+    /// or `sliding` (`ttl` after it was last written or read, so hot entries stay warm).
+    /// Change: live.
+    #[serde(default = "defaults::ttl_mode")]
+    pub ttl_mode: TtlMode,
+
+    /// Memory limit of each node's container, a whole number of bytes with an optional
+    /// unit (`Ki`, `Mi`, `Gi`, `Ti`, `k`, `M`, `G`, `T`), between `64Mi` and `1Ti`. The
+    /// node's byte budget for cached Arrow data is derived from it, leaving headroom for
+    /// in-flight requests, and is never exceeded. The memory request equals the limit
+    /// unless `resources.requests.memory` says otherwise.
+    /// Change: resize (in-place pod resize where the cluster supports it, the budget
+    /// lowered before the limit and raised after it; otherwise restart with handoff).
+    #[x_kube(
+        validation = Rule::new(rules::BYTES_FORMAT).message(rules::MEMORY_FORMAT_MSG),
+        validation = Rule::new(rules::MEMORY_RANGE).message(rules::MEMORY_RANGE_MSG)
+    )]
+    #[schemars(length(max = 20))]
+    #[serde(default = "defaults::memory_limit")]
+    pub memory_limit: String,
+
+    /// Which entry makes room when a cap is reached: `lru` (least recently used) or
+    /// `tinylfu` (W-TinyLFU: frequency-based admission that keeps the hot set through
+    /// scans of one-off keys).
+    /// Change: live (every entry is kept; the new policy decides from then on).
+    #[serde(default = "defaults::eviction")]
+    pub eviction: EvictionPolicy,
+
+    /// Copies of each key: 1, or 2 to keep serving a key while its owner restarts or
+    /// fails. At most `shards`.
+    /// Change: ring change (the second copies are filled or dropped by migration).
+    #[x_kube(validation = Rule::new(rules::REPLICAS).message(rules::REPLICAS_MSG))]
+    #[serde(default = "defaults::replicas")]
+    pub replicas: i32,
+
+    /// Container image of this pool's nodes, overriding `spec.image`.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::IMAGE).message(rules::POOL_IMAGE_MSG))]
+    #[schemars(length(max = 512))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// A PersistentVolumeClaim per node for its disk tier, so a restarted node reloads
+    /// its hot set instead of starting cold. Unset: memory only (a restarting node's
+    /// entries are handed off to its peers). Can be added to an existing pool, never
+    /// removed.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<PersistenceSpec>,
+
+    /// CPU and other resources of each node's container (requests and limits as in a
+    /// Pod). The memory limit is `memoryLimit` and may not be set here; the memory
+    /// request defaults to `memoryLimit`.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Where this pool's nodes may run.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+}
+
+/// Disk tier of a pool's nodes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new(rules::STORAGE_CLASS_IMMUTABLE).message(rules::STORAGE_CLASS_IMMUTABLE_MSG).reason(Reason::FieldValueForbidden).field_path(".storageClassName"))]
+#[serde(rename_all = "camelCase")]
+pub struct PersistenceSpec {
+    /// Size of each node's volume, a whole number of bytes with an optional unit (`Ki`,
+    /// `Mi`, `Gi`, `Ti`, `k`, `M`, `G`, `T`); at least `memoryLimit`. It can grow (the
+    /// claims are expanded; the storage class must allow expansion) but never shrink.
+    /// Change: restart with handoff.
+    #[x_kube(
+        validation = Rule::new(rules::BYTES_FORMAT).message(rules::SIZE_FORMAT_MSG),
+        validation = Rule::new(rules::SIZE_NO_SHRINK).message(rules::SIZE_NO_SHRINK_MSG).reason(Reason::FieldValueForbidden)
+    )]
+    #[schemars(length(max = 20))]
+    pub size: String,
+
+    /// StorageClass of the volumes; unset uses the cluster's default class. Immutable:
+    /// existing volumes cannot move to another class without losing their data.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::STORAGE_CLASS_MSG))]
+    #[schemars(length(max = 253))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Where a pool's nodes may run; each field is passed to the pod template as is.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    /// Node labels a node must carry to run this pool's pods (`nodeSelector` of a Pod).
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    /// Node affinity, pod affinity and anti-affinity (`affinity` of a Pod).
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Taints this pool's pods tolerate (`tolerations` of a Pod).
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// How this pool's pods spread over zones or nodes (`topologySpreadConstraints` of a
+    /// Pod).
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// PriorityClass of this pool's pods.
+    /// Change: restart with handoff.
+    #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::PRIORITY_CLASS_MSG))]
+    #[schemars(length(max = 253))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+impl PoolSpec {
+    /// A pool with this name and every other field at its default.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            shards: defaults::shards(),
+            max_entries: defaults::max_entries(),
+            ttl: defaults::ttl(),
+            ttl_mode: defaults::ttl_mode(),
+            memory_limit: defaults::memory_limit(),
+            eviction: defaults::eviction(),
+            replicas: defaults::replicas(),
+            image: None,
+            persistence: None,
+            resources: None,
+            scheduling: None,
+        }
+    }
+}

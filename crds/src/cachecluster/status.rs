@@ -1,0 +1,85 @@
+//! What the operator reports about a `CacheCluster` (its `/status` subresource).
+//!
+//! Condition types and reasons are the constants of [`crate::conditions`]. Pure types;
+//! no I/O.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// Observed state of a FlightCache cluster, written by the operator.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheClusterStatus {
+    /// `metadata.generation` of the spec the operator last acted on. The other fields
+    /// describe that generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Current state as Kubernetes conditions: `Ready` (every shard of every pool is
+    /// ready), `Progressing` (a rollout, resize or ring change is under way) and
+    /// `Degraded` (the spec cannot be carried out, or nodes fail). Keyed by type.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Names of the pools, comma-separated in spec order (e.g. `hot,batch`); the Pools
+    /// column of `kubectl get cc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_names: Option<String>,
+
+    /// Ready and desired cache nodes over all pools, as `ready/desired` (e.g. `5/6`);
+    /// the Shards column of `kubectl get cc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards_ready: Option<String>,
+
+    /// Newest node configuration generation the operator has written (the highest of
+    /// the pools' `configGeneration`); the Config column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_generation: Option<i64>,
+
+    /// Cache nodes, over all pools, that run their pool's newest configuration
+    /// generation; the Up-To-Date column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_shards: Option<i32>,
+
+    /// Per-pool state, keyed by pool name.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolStatus>,
+}
+
+/// Observed state of one pool.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    /// Name of the pool (as in `spec.pools[].name`).
+    pub name: String,
+
+    /// Desired cache nodes of the pool (its `shards`).
+    #[serde(default)]
+    pub shards: i32,
+
+    /// Cache nodes of the pool that are ready to serve.
+    #[serde(default)]
+    pub ready_shards: i32,
+
+    /// Configuration generation the operator has written for this pool; every node
+    /// reports the generation it runs.
+    #[serde(default)]
+    pub config_generation: i64,
+
+    /// Cache nodes of the pool that run `configGeneration`.
+    #[serde(default)]
+    pub updated_shards: i32,
+
+    /// Version of the pool's hash ring (its members and their states) published to the
+    /// nodes; it grows with every membership change.
+    #[serde(default)]
+    pub ring_version: i64,
+
+    /// Address clients use: `grpc://<cluster>-<pool>.<namespace>.svc:<port>`
+    /// (`grpc+tls://` with TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
