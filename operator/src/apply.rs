@@ -1,0 +1,141 @@
+//! Server-side apply of the desired children, and deletion of the ones no longer wanted.
+//!
+//! One field manager; order per pool: ConfigMap, Services, PDB, StatefulSet last, so
+//! a pod never starts against a missing config.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::build::{DesiredPool, names};
+use crate::error::{Error, Result};
+
+/// The field manager of every apply.
+pub const FIELD_MANAGER: &str = "flightcache-operator";
+
+/// Applies every pool's objects in order; returns the applied StatefulSets.
+///
+/// # Errors
+/// [`Error::Apply`] naming the first object that failed.
+pub async fn apply_all(
+    client: &Client,
+    namespace: &str,
+    desired: &[DesiredPool],
+) -> Result<Vec<StatefulSet>> {
+    let mut applied = Vec::with_capacity(desired.len());
+    for pool in desired {
+        apply(client, namespace, &pool.configmap).await?;
+        apply(client, namespace, &pool.headless_service).await?;
+        apply(client, namespace, &pool.client_service).await?;
+        apply(client, namespace, &pool.pdb).await?;
+        applied.push(apply(client, namespace, &pool.statefulset).await?);
+    }
+    Ok(applied)
+}
+
+async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<K>
+where
+    K: Resource<Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let name = object.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(object))
+        .await
+        .map_err(|source| Error::Apply {
+            kind: kind_of::<K>(),
+            name,
+            source,
+        })
+}
+
+/// Deletes the children of pools that are no longer in the spec; returns their pool
+/// names.
+///
+/// # Errors
+/// [`Error::Observe`] or [`Error::Delete`].
+pub async fn delete_removed_pools(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    wanted: &BTreeSet<String>,
+) -> Result<BTreeSet<String>> {
+    let mut removed = BTreeSet::new();
+    removed.extend(delete_unwanted::<StatefulSet>(client, namespace, cluster, wanted).await?);
+    removed
+        .extend(delete_unwanted::<PodDisruptionBudget>(client, namespace, cluster, wanted).await?);
+    removed.extend(delete_unwanted::<Service>(client, namespace, cluster, wanted).await?);
+    removed.extend(delete_unwanted::<ConfigMap>(client, namespace, cluster, wanted).await?);
+    Ok(removed)
+}
+
+async fn delete_unwanted<K>(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    wanted: &BTreeSet<String>,
+) -> Result<Vec<String>>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let selector = names::selector_string(&names::cluster_selector(cluster));
+    let existing = api
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::Observe {
+            kind: kind_of::<K>(),
+            cluster: cluster.to_owned(),
+            source,
+        })?;
+    let mut removed = Vec::new();
+    for object in existing.items {
+        let Some(pool) = object.labels().get(names::POOL_LABEL).cloned() else {
+            continue;
+        };
+        if wanted.contains(&pool) {
+            continue;
+        }
+        let name = object.name_any();
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => removed.push(pool),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Delete {
+                    kind: kind_of::<K>(),
+                    name,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// The kind of `K` as a static string, for error messages.
+pub(crate) fn kind_of<K: Resource>() -> &'static str
+where
+    K::DynamicType: Default,
+{
+    match K::kind(&K::DynamicType::default()).as_ref() {
+        "ConfigMap" => "ConfigMap",
+        "Service" => "Service",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
+        "StatefulSet" => "StatefulSet",
+        "Pod" => "Pod",
+        _ => "object",
+    }
+}

@@ -1,0 +1,77 @@
+//! The pool's ConfigMap: the node config document every node of the pool starts with
+//! (and re-reads when it changes). Pure.
+
+use std::collections::BTreeMap;
+
+use crds::node_config::NodeConfig;
+use crds::quantity::{format_bytes, format_duration};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::names;
+use crate::validate::{ValidatedCluster, ValidatedPool};
+
+/// The node config document of `pool`.
+pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> NodeConfig {
+    NodeConfig {
+        generation: Some(u64::try_from(cluster.generation).unwrap_or(0)),
+        listen: Some(format!("0.0.0.0:{}", cluster.port)),
+        metrics_listen: Some(format!("0.0.0.0:{}", cluster.metrics_port)),
+        max_entries: Some(pool.max_entries),
+        memory_budget: Some(format_bytes(pool.budget_bytes)),
+        max_entry_size: Some(format_bytes(pool.max_entry_bytes)),
+        ttl: Some(format_duration(pool.ttl)),
+        ttl_mode: Some(pool.ttl_mode),
+        eviction: Some(pool.eviction),
+        auth_token_file: cluster
+            .auth
+            .as_ref()
+            .map(|_| format!("{}/auth/token", names::NODE_CONFIG_DIR)),
+        shutdown_grace: Some("20s".into()),
+    }
+}
+
+/// The ConfigMap `c-p` holding `node.json`.
+pub fn build_configmap(cluster: &ValidatedCluster, pool: &ValidatedPool) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(names::pool_object(&cluster.name, &pool.name)),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+            annotations: Some(BTreeMap::from([(
+                names::CONFIG_GENERATION_ANNOTATION.to_owned(),
+                cluster.generation.to_string(),
+            )])),
+            owner_references: Some(vec![cluster.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            names::NODE_CONFIG_KEY.to_owned(),
+            compute_node_config(cluster, pool).to_json(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::validated;
+
+    #[test]
+    fn node_config_carries_the_pool_settings_and_parses_back() {
+        let cluster = validated(&[("hot", 3)]);
+        let cm = build_configmap(&cluster, &cluster.pools[0]);
+        assert_eq!(cm.metadata.name.as_deref(), Some("demo-hot"));
+        let text = &cm.data.as_ref().unwrap()[names::NODE_CONFIG_KEY];
+        let doc = NodeConfig::from_json(text).unwrap();
+        assert_eq!(doc.generation, Some(3));
+        assert_eq!(doc.listen.as_deref(), Some("0.0.0.0:50051"));
+        assert_eq!(
+            doc.memory_budget_bytes().unwrap(),
+            Some(cluster.pools[0].budget_bytes)
+        );
+        assert_eq!(doc.ttl_duration().unwrap(), Some(cluster.pools[0].ttl));
+        assert_eq!(doc.auth_token_file, None);
+    }
+}

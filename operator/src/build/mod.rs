@@ -1,0 +1,78 @@
+//! Pure builders: from a [`ValidatedCluster`] to the Kubernetes objects it needs.
+//!
+//! No client, no clock, no environment: everything comes from the validated model, so
+//! each builder is unit-tested with golden output.
+
+pub mod configmap;
+#[cfg(test)]
+pub(crate) mod golden;
+pub mod names;
+pub mod pdb;
+pub mod service;
+pub mod statefulset;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::validate::ValidatedCluster;
+
+/// Every object one pool needs, in apply order.
+#[derive(Debug, Clone)]
+pub struct DesiredPool {
+    /// Pool name.
+    pub pool: String,
+    /// Node config (applied first, so a pod never starts without it).
+    pub configmap: ConfigMap,
+    /// Headless Service (stable node DNS).
+    pub headless_service: Service,
+    /// Client Service.
+    pub client_service: Service,
+    /// Disruption budget.
+    pub pdb: PodDisruptionBudget,
+    /// The nodes (applied last).
+    pub statefulset: StatefulSet,
+}
+
+/// The desired objects of every pool.
+pub fn desired_resources(cluster: &ValidatedCluster) -> Vec<DesiredPool> {
+    cluster
+        .pools
+        .iter()
+        .map(|pool| DesiredPool {
+            pool: pool.name.clone(),
+            configmap: configmap::build_configmap(cluster, pool),
+            headless_service: service::build_headless_service(cluster, pool),
+            client_service: service::build_client_service(cluster, pool),
+            pdb: pdb::build_pdb(cluster, pool),
+            statefulset: statefulset::build_statefulset(cluster, pool),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::validated;
+
+    #[test]
+    fn every_child_is_owned_by_the_cluster_and_labelled_with_its_pool() {
+        let cluster = validated(&[("hot", 3), ("cold", 1)]);
+        let desired = desired_resources(&cluster);
+        assert_eq!(desired.len(), 2);
+        for pool in &desired {
+            let metas = [
+                &pool.configmap.metadata,
+                &pool.headless_service.metadata,
+                &pool.client_service.metadata,
+                &pool.pdb.metadata,
+                &pool.statefulset.metadata,
+            ];
+            for meta in metas {
+                assert_eq!(meta.owner_references.as_ref().unwrap()[0], cluster.owner);
+                assert_eq!(meta.labels.as_ref().unwrap()[names::POOL_LABEL], pool.pool);
+                assert_eq!(meta.namespace.as_deref(), Some("cache"));
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Object names and labels: the one place that knows how children are named.
+//!
+//! For cluster `c` and pool `p`: StatefulSet, client Service, ConfigMap and PDB are
+//! `c-p`; the headless Service giving nodes stable DNS names is `c-p-nodes`; node `i`
+//! is `c-p-i`, reachable as `c-p-i.c-p-nodes.<namespace>.svc`. Pure.
+
+use std::collections::BTreeMap;
+
+/// `app.kubernetes.io/name` of every node object.
+pub const APP_NAME: &str = "flightcache-node";
+/// `app.kubernetes.io/managed-by` of every child.
+pub const MANAGED_BY: &str = "flightcache-operator";
+/// Label naming the pool of a child.
+pub const POOL_LABEL: &str = "flightcache.dev/pool";
+/// Label naming the cluster of a child (also `app.kubernetes.io/instance`).
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Pod-template annotation with the hash of restart-class settings.
+pub const CONFIG_HASH_ANNOTATION: &str = "flightcache.dev/config-hash";
+/// Annotation with the config generation a ConfigMap or pod template carries.
+pub const CONFIG_GENERATION_ANNOTATION: &str = "flightcache.dev/config-generation";
+/// Key of the node config document in the pool's ConfigMap.
+pub const NODE_CONFIG_KEY: &str = "node.json";
+/// Where the node config is mounted in a node container.
+pub const NODE_CONFIG_DIR: &str = "/etc/flightcache";
+
+/// Name of the StatefulSet, client Service, ConfigMap and PDB of a pool.
+pub fn pool_object(cluster: &str, pool: &str) -> String {
+    format!("{cluster}-{pool}")
+}
+
+/// Name of the pool's headless Service.
+pub fn headless_service(cluster: &str, pool: &str) -> String {
+    format!("{cluster}-{pool}-nodes")
+}
+
+/// The client endpoint users dial.
+pub fn client_endpoint(cluster: &str, pool: &str, namespace: &str, port: u16) -> String {
+    format!("grpc://{cluster}-{pool}.{namespace}.svc:{port}")
+}
+
+/// Labels selecting every child of a cluster.
+pub fn cluster_selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), APP_NAME.to_owned()),
+        (INSTANCE_LABEL.to_owned(), cluster.to_owned()),
+    ])
+}
+
+/// Labels selecting the pods of one pool (the StatefulSet, Service and PDB selector).
+pub fn pool_selector(cluster: &str, pool: &str) -> BTreeMap<String, String> {
+    let mut labels = cluster_selector(cluster);
+    labels.insert(POOL_LABEL.to_owned(), pool.to_owned());
+    labels
+}
+
+/// Full recommended labels of a pool's objects.
+pub fn pool_labels(cluster: &str, pool: &str) -> BTreeMap<String, String> {
+    let mut labels = pool_selector(cluster, pool);
+    labels.insert(
+        "app.kubernetes.io/component".to_owned(),
+        "cache-node".to_owned(),
+    );
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_owned(),
+        MANAGED_BY.to_owned(),
+    );
+    labels
+}
+
+/// A selector string for list calls.
+pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

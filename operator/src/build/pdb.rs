@@ -1,0 +1,48 @@
+//! The pool's PodDisruptionBudget: at most one node of a pool down at a time. Pure.
+
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::names;
+use crate::validate::{ValidatedCluster, ValidatedPool};
+
+/// The PDB `c-p` with `maxUnavailable: 1`.
+pub fn build_pdb(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(names::pool_object(&cluster.name, &pool.name)),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+            owner_references: Some(vec![cluster.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(names::pool_selector(&cluster.name, &pool.name)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::validated;
+
+    #[test]
+    fn pdb_allows_one_node_down() {
+        let cluster = validated(&[("hot", 3)]);
+        let pdb = build_pdb(&cluster, &cluster.pools[0]);
+        let spec = pdb.spec.unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            spec.selector.unwrap().match_labels,
+            Some(names::pool_selector("demo", "hot"))
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! The pool's two Services: headless (stable per-node DNS names for routing) and client
+//! (`c-p`, the Flight endpoint users dial). Pure.
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::names;
+use crate::validate::{ValidatedCluster, ValidatedPool};
+
+fn ports(cluster: &ValidatedCluster) -> Vec<ServicePort> {
+    vec![
+        ServicePort {
+            name: Some("flight".into()),
+            port: i32::from(cluster.port),
+            target_port: Some(IntOrString::String("flight".into())),
+            app_protocol: Some("kubernetes.io/h2c".into()),
+            ..ServicePort::default()
+        },
+        ServicePort {
+            name: Some("metrics".into()),
+            port: i32::from(cluster.metrics_port),
+            target_port: Some(IntOrString::String("metrics".into())),
+            ..ServicePort::default()
+        },
+    ]
+}
+
+fn metadata(cluster: &ValidatedCluster, pool: &ValidatedPool, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(cluster.namespace.clone()),
+        labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+        owner_references: Some(vec![cluster.owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The headless Service `c-p-nodes`; it publishes not-ready nodes too, so peers can
+/// reach a node that is still warming up.
+pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
+    Service {
+        metadata: metadata(
+            cluster,
+            pool,
+            names::headless_service(&cluster.name, &pool.name),
+        ),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(names::pool_selector(&cluster.name, &pool.name)),
+            ports: Some(ports(cluster)),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The client Service `c-p` (ClusterIP over ready nodes).
+pub fn build_client_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
+    Service {
+        metadata: metadata(cluster, pool, names::pool_object(&cluster.name, &pool.name)),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(names::pool_selector(&cluster.name, &pool.name)),
+            ports: Some(ports(cluster)),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::validated;
+
+    #[test]
+    fn headless_and_client_services_select_the_pool() {
+        let cluster = validated(&[("hot", 3)]);
+        let headless = build_headless_service(&cluster, &cluster.pools[0]);
+        let client = build_client_service(&cluster, &cluster.pools[0]);
+        assert_eq!(headless.metadata.name.as_deref(), Some("demo-hot-nodes"));
+        assert_eq!(client.metadata.name.as_deref(), Some("demo-hot"));
+        let headless_spec = headless.spec.unwrap();
+        assert_eq!(headless_spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(headless_spec.publish_not_ready_addresses, Some(true));
+        let client_spec = client.spec.unwrap();
+        assert_eq!(
+            client_spec.selector,
+            Some(names::pool_selector("demo", "hot"))
+        );
+        assert_eq!(client_spec.ports.unwrap()[0].port, 50051);
+    }
+}

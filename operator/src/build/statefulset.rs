@@ -1,0 +1,343 @@
+//! The pool's StatefulSet: one pod per shard, `OnDelete` so the operator decides which
+//! node restarts and when. Pure.
+//!
+//! Only restart-class settings (image, ports, auth, resources, scheduling, persistence)
+//! are in the pod template; live settings (TTL, eviction, entry caps) reach nodes
+//! through the ConfigMap and the `configure` action, so changing them never restarts a
+//! pod. The template's hash is the `flightcache.dev/config-hash` annotation.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, GRPCAction, KeyToPath,
+    Lifecycle, LifecycleHandler, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, SleepAction, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use super::names;
+use crate::validate::{ValidatedCluster, ValidatedPool};
+
+/// UID the node runs as (the distroless `nonroot` convention).
+pub const NODE_UID: i64 = 65532;
+/// Seconds a stopping node gets: the preStop pause plus the node's 20 s drain.
+pub const TERMINATION_GRACE_SECONDS: i64 = 30;
+/// Where a node's disk-tier volume is mounted.
+pub const DATA_DIR: &str = "/var/lib/flightcache";
+
+/// The StatefulSet `c-p`.
+pub fn build_statefulset(cluster: &ValidatedCluster, pool: &ValidatedPool) -> StatefulSet {
+    let mut template = build_pod_template(cluster, pool);
+    let hash = compute_template_hash(&template);
+    template
+        .metadata
+        .get_or_insert_with(ObjectMeta::default)
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(names::CONFIG_HASH_ANNOTATION.to_owned(), hash);
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(names::pool_object(&cluster.name, &pool.name)),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+            owner_references: Some(vec![cluster.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(pool.shards),
+            service_name: Some(names::headless_service(&cluster.name, &pool.name)),
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".into()),
+                rolling_update: None,
+            }),
+            selector: LabelSelector {
+                match_labels: Some(names::pool_selector(&cluster.name, &pool.name)),
+                ..LabelSelector::default()
+            },
+            template,
+            volume_claim_templates: pool.persistence.as_ref().map(|persistence| {
+                vec![PersistentVolumeClaim {
+                    metadata: ObjectMeta {
+                        name: Some("data".into()),
+                        labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(PersistentVolumeClaimSpec {
+                        access_modes: Some(vec!["ReadWriteOnce".into()]),
+                        storage_class_name: persistence.storage_class_name.clone(),
+                        resources: Some(VolumeResourceRequirements {
+                            requests: Some(BTreeMap::from([(
+                                "storage".to_owned(),
+                                Quantity(persistence.size.clone()),
+                            )])),
+                            limits: None,
+                        }),
+                        ..PersistentVolumeClaimSpec::default()
+                    }),
+                    status: None,
+                }]
+            }),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// A stable hash of the pod template (FNV-1a over its JSON), so any restart-class
+/// change, and only such a change, gives a new value.
+pub fn compute_template_hash(template: &PodTemplateSpec) -> String {
+    let json = serde_json::to_vec(template).unwrap_or_default();
+    let hash = json.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTemplateSpec {
+    let scheduling = pool.scheduling.clone().unwrap_or_default();
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: names::pool_object(&cluster.name, &pool.name),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "config".into(),
+        mount_path: names::NODE_CONFIG_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    if let Some((secret, key)) = &cluster.auth {
+        volumes.push(Volume {
+            name: "auth".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                items: Some(vec![KeyToPath {
+                    key: key.clone(),
+                    path: "token".into(),
+                    mode: None,
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "auth".into(),
+            mount_path: format!("{}/auth", names::NODE_CONFIG_DIR),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    if pool.persistence.is_some() {
+        mounts.push(VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_DIR.into(),
+            ..VolumeMount::default()
+        });
+    }
+    let grpc_probe = |period: i32, failures: i32| Probe {
+        grpc: Some(GRPCAction {
+            port: i32::from(cluster.port),
+            service: None,
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: "node".into(),
+        image: Some(pool.image.clone()),
+        image_pull_policy: Some(cluster.image_pull_policy.clone()),
+        args: Some(vec![
+            "--config".into(),
+            format!("{}/{}", names::NODE_CONFIG_DIR, names::NODE_CONFIG_KEY),
+            "--log-format".into(),
+            "json".into(),
+        ]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("flight".into()),
+                container_port: i32::from(cluster.port),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some("metrics".into()),
+                container_port: i32::from(cluster.metrics_port),
+                ..ContainerPort::default()
+            },
+        ]),
+        resources: Some(compute_resources(pool)),
+        readiness_probe: Some(grpc_probe(2, 2)),
+        liveness_probe: Some(grpc_probe(10, 3)),
+        lifecycle: Some(Lifecycle {
+            // Give endpoint removal a moment to reach clients before the node drains.
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds: 3 }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(NODE_UID),
+            run_as_group: Some(NODE_UID),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let affinity = scheduling.affinity.clone().unwrap_or_else(|| Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(names::pool_selector(&cluster.name, &pool.name)),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".into(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    });
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            volumes: Some(volumes),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                fs_group: Some(NODE_UID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            affinity: Some(affinity),
+            node_selector: scheduling.node_selector,
+            tolerations: scheduling.tolerations,
+            topology_spread_constraints: scheduling.topology_spread_constraints,
+            priority_class_name: scheduling.priority_class_name,
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// Container resources: memory limit = `memoryLimit`; memory request = the user's
+/// request or the limit (Guaranteed memory); other resources as the user gave them.
+fn compute_resources(pool: &ValidatedPool) -> ResourceRequirements {
+    let user = pool.resources.clone().unwrap_or_default();
+    let mut limits = user.limits.unwrap_or_default();
+    limits.insert("memory".into(), Quantity(pool.memory_limit.clone()));
+    let mut requests = user.requests.unwrap_or_default();
+    requests
+        .entry("memory".into())
+        .or_insert_with(|| Quantity(pool.memory_limit.clone()));
+    ResourceRequirements {
+        limits: Some(limits),
+        requests: Some(requests),
+        claims: user.claims,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::{cluster, defaults, validated};
+    use crate::validate::validate;
+
+    #[test]
+    fn statefulset_matches_the_golden_file() {
+        let cluster = validated(&[("hot", 3)]);
+        let sts = build_statefulset(&cluster, &cluster.pools[0]);
+        crate::build::golden::assert_golden("statefulset-hot.json", &sts);
+    }
+
+    #[test]
+    fn restart_class_changes_move_the_hash_and_live_changes_do_not() {
+        let hash = |cc: &crds::cachecluster::CacheCluster| {
+            let valid = validate(cc, &defaults()).unwrap();
+            let sts = build_statefulset(&valid, &valid.pools[0]);
+            sts.spec
+                .unwrap()
+                .template
+                .metadata
+                .unwrap()
+                .annotations
+                .unwrap()[names::CONFIG_HASH_ANNOTATION]
+                .clone()
+        };
+        let base = cluster(&[("hot", 3)]);
+        let mut live = base.clone();
+        live.spec.pools[0].ttl = "5m".into();
+        live.spec.pools[0].max_entries = 7;
+        live.spec.pools[0].eviction = crds::node_config::EvictionPolicy::Lru;
+        live.spec.pools[0].shards = 5;
+        assert_eq!(
+            hash(&base),
+            hash(&live),
+            "live and ring fields leave the template alone"
+        );
+        let mut image = base.clone();
+        image.spec.image = Some("flightcache/node:next".into());
+        assert_ne!(hash(&base), hash(&image));
+        let mut memory = base.clone();
+        memory.spec.pools[0].memory_limit = "1Gi".into();
+        assert_ne!(hash(&base), hash(&memory));
+    }
+
+    #[test]
+    fn pods_run_restricted() {
+        let cluster = validated(&[("hot", 3)]);
+        let sts = build_statefulset(&cluster, &cluster.pools[0]);
+        let spec = sts.spec.unwrap();
+        assert_eq!(
+            spec.update_strategy.unwrap().type_.as_deref(),
+            Some("OnDelete")
+        );
+        let pod = spec.template.spec.unwrap();
+        let security = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(security.run_as_non_root, Some(true));
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            security.capabilities.unwrap().drop,
+            Some(vec!["ALL".to_owned()])
+        );
+        let limits = pod.containers[0].resources.clone().unwrap().limits.unwrap();
+        assert_eq!(
+            limits["memory"],
+            Quantity(cluster.pools[0].memory_limit.clone())
+        );
+    }
+}

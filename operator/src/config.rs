@@ -1,0 +1,67 @@
+//! The operator's one typed configuration (flags and environment).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Command line of `flightcache-operator`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "flightcache-operator",
+    version,
+    about = "FlightCache Kubernetes operator"
+)]
+pub struct Config {
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "FLIGHTCACHE_OPERATOR_METRICS_LISTEN",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_listen: SocketAddr,
+    /// Cache node image used when a CacheCluster names none.
+    #[arg(long, env = "FLIGHTCACHE_NODE_IMAGE", default_value = concat!("flightcache/node:", env!("CARGO_PKG_VERSION")))]
+    pub node_image: String,
+    /// imagePullPolicy of node containers.
+    #[arg(
+        long,
+        env = "FLIGHTCACHE_NODE_IMAGE_PULL_POLICY",
+        default_value = "IfNotPresent"
+    )]
+    pub node_image_pull_policy: String,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Elect a leader with a Lease so several replicas can run.
+    #[arg(long, env = "FLIGHTCACHE_LEADER_ELECTION", default_value_t = false)]
+    pub leader_election: bool,
+    /// Namespace of the leader Lease (the operator's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(
+        long,
+        env = "FLIGHTCACHE_LEASE_NAME",
+        default_value = "flightcache-operator"
+    )]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (its pod name).
+    #[arg(long, env = "POD_NAME", default_value = "flightcache-operator")]
+    pub identity: String,
+    /// How long a leader's claim lasts without renewal.
+    #[arg(long, env = "FLIGHTCACHE_LEASE_DURATION", value_parser = crds::quantity::parse_duration, default_value = "15s")]
+    pub lease_duration: Duration,
+    /// Log format: text or json.
+    #[arg(long, env = "FLIGHTCACHE_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}

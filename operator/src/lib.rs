@@ -1,0 +1,97 @@
+//! FlightCache operator: reconciles `CacheCluster` resources into pools of Arrow Flight
+//! cache nodes (ConfigMap, headless and client Services, PDB, StatefulSet per pool).
+//!
+//! - [`validate`]: CacheCluster → validated model; [`build`]: pure object builders.
+//! - [`observe`], [`apply`]: read-only I/O and server-side apply.
+//! - [`rollout`]: which node restarts next; [`status`]: conditions and pool figures.
+//! - [`controller`]: the loop; [`leader`]: Lease election; [`metrics`]: Prometheus.
+
+pub mod apply;
+pub mod build;
+pub mod config;
+pub mod controller;
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod rollout;
+pub mod status;
+pub mod telemetry;
+pub mod validate;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::controller::Context;
+use crate::metrics::Metrics;
+use crate::validate::Defaults;
+
+/// An error and its sources on one line.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// Runs the operator: metrics server, optional leader election, controller.
+///
+/// # Errors
+/// No Kubernetes client config, the metrics address taken, or the CRD missing.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let metrics = Arc::new(Metrics::default());
+    let listener = tokio::net::TcpListener::bind(config.metrics_listen).await?;
+    tokio::spawn(metrics::serve(listener, Arc::clone(&metrics)));
+    if config.leader_election {
+        let (leading_tx, mut leading) = watch::channel(false);
+        let lease = leader::LeaseConfig {
+            namespace: config.lease_namespace.clone(),
+            name: config.lease_name.clone(),
+            identity: config.identity.clone(),
+            lease_duration: config.lease_duration,
+            renew_every: config.lease_duration / 3,
+        };
+        tokio::spawn(leader::run(client.clone(), lease, leading_tx));
+        tracing::info!(identity = %config.identity, "waiting for leadership");
+        leading.wait_for(|leading| *leading).await?;
+        metrics.set_leader(true);
+        let lost = async move {
+            let _ = leading.wait_for(|leading| !*leading).await;
+        };
+        let ctx = Arc::new(Context::new(
+            client,
+            defaults(&config),
+            Arc::clone(&metrics),
+            &config.identity,
+        ));
+        tokio::select! {
+            result = controller::run(ctx, config.watch_namespace.as_deref()) => result,
+            () = lost => {
+                metrics.set_leader(false);
+                anyhow::bail!("lost the leader lease; exiting so a restart rejoins the election")
+            }
+        }
+    } else {
+        let ctx = Arc::new(Context::new(
+            client,
+            defaults(&config),
+            Arc::clone(&metrics),
+            &config.identity,
+        ));
+        controller::run(ctx, config.watch_namespace.as_deref()).await
+    }
+}
+
+fn defaults(config: &Config) -> Defaults {
+    Defaults {
+        node_image: config.node_image.clone(),
+        image_pull_policy: config.node_image_pull_policy.clone(),
+    }
+}

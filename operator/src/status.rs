@@ -1,0 +1,341 @@
+//! The status the operator reports: a pure computation from what reconcile saw, and
+//! the one write of it (server-side apply on `/status`).
+//!
+//! `lastTransitionTime` of a condition moves only when its status flips.
+
+use crds::cachecluster::{CacheCluster, CacheClusterStatus, PoolStatus};
+use crds::conditions::{self, reasons};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::apply::FIELD_MANAGER;
+use crate::error::{Error, Result};
+
+/// What a reconcile pass found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The spec cannot be acted on; the message names the fields.
+    InvalidSpec(String),
+    /// A child could not be applied.
+    ApplyFailed(String),
+    /// Children applied; per-pool counts.
+    Reconciled {
+        /// Per-pool status, in spec order.
+        pools: Vec<PoolStatus>,
+        /// A node restart of a rollout is in progress.
+        rolling_out: bool,
+    },
+}
+
+/// The new status, keeping pool figures and transition times from `previous` where
+/// nothing changed.
+pub fn compute(
+    previous: Option<&CacheClusterStatus>,
+    generation: Option<i64>,
+    outcome: &Outcome,
+    now: &Time,
+) -> CacheClusterStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let desired: Vec<(&str, bool, &str, String)> = match outcome {
+        Outcome::InvalidSpec(message) => vec![
+            (
+                conditions::DEGRADED,
+                true,
+                reasons::INVALID_SPEC,
+                message.clone(),
+            ),
+            (
+                conditions::PROGRESSING,
+                false,
+                reasons::INVALID_SPEC,
+                "the spec must be fixed before anything changes".into(),
+            ),
+        ],
+        Outcome::ApplyFailed(message) => vec![(
+            conditions::DEGRADED,
+            true,
+            reasons::APPLY_FAILED,
+            message.clone(),
+        )],
+        Outcome::Reconciled { pools, rolling_out } => {
+            let shards: i32 = pools.iter().map(|p| p.shards).sum();
+            let ready: i32 = pools.iter().map(|p| p.ready_shards).sum();
+            let updated: i32 = pools.iter().map(|p| p.updated_shards).sum();
+            status.pools = pools.clone();
+            status.pool_names = Some(
+                pools
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+            status.shards_ready = Some(format!("{ready}/{shards}"));
+            status.updated_shards = Some(updated);
+            status.config_generation = generation;
+            let all_ready = ready == shards;
+            let (progressing, reason, message) = if *rolling_out {
+                (
+                    true,
+                    reasons::ROLLING_OUT,
+                    format!(
+                        "restarting nodes one at a time: {updated}/{shards} run the current template"
+                    ),
+                )
+            } else if ready == 0 && shards > 0 {
+                (true, reasons::CREATING, format!("starting {shards} nodes"))
+            } else if !all_ready {
+                (
+                    true,
+                    reasons::SHARDS_NOT_READY,
+                    format!("{ready}/{shards} nodes ready"),
+                )
+            } else {
+                (
+                    false,
+                    reasons::ROLLOUT_COMPLETE,
+                    "every node runs the current spec".into(),
+                )
+            };
+            vec![
+                if all_ready {
+                    (
+                        conditions::READY,
+                        true,
+                        reasons::ALL_SHARDS_READY,
+                        format!("{ready}/{shards} nodes ready"),
+                    )
+                } else {
+                    (
+                        conditions::READY,
+                        false,
+                        reasons::SHARDS_NOT_READY,
+                        format!("{ready}/{shards} nodes ready"),
+                    )
+                },
+                (conditions::PROGRESSING, progressing, reason, message),
+                (
+                    conditions::DEGRADED,
+                    false,
+                    reasons::AS_EXPECTED,
+                    "no problems found".into(),
+                ),
+            ]
+        }
+    };
+    for (type_, value, reason, message) in desired {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            value,
+            reason,
+            &message,
+            generation,
+            now,
+        );
+    }
+    if !status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::READY)
+    {
+        set_condition(
+            &mut status.conditions,
+            conditions::READY,
+            false,
+            reasons::SHARDS_NOT_READY,
+            "no nodes yet",
+            generation,
+            now,
+        );
+    }
+    status
+        .conditions
+        .sort_by_key(|c| conditions::TYPES.iter().position(|t| *t == c.type_));
+    status
+}
+
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = if value { "True" } else { "False" };
+    let existing = conditions.iter_mut().find(|c| c.type_ == type_);
+    let last_transition_time = match &existing {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    let condition = Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time,
+    };
+    match existing {
+        Some(slot) => *slot = condition,
+        None => conditions.push(condition),
+    }
+}
+
+/// Writes `status` to the object's `/status` subresource.
+///
+/// # Errors
+/// [`Error::Status`].
+pub async fn apply_status(
+    client: &Client,
+    cc: &CacheCluster,
+    status: &CacheClusterStatus,
+) -> Result<()> {
+    let api: Api<CacheCluster> =
+        Api::namespaced(client.clone(), &cc.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "flightcache.dev/v1alpha1",
+        "kind": "CacheCluster",
+        "status": status,
+    });
+    api.patch_status(
+        &cc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Status {
+        name: cc.name_any(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn pool(shards: i32, ready: i32) -> PoolStatus {
+        PoolStatus {
+            name: "hot".into(),
+            shards,
+            ready_shards: ready,
+            config_generation: 1,
+            updated_shards: ready,
+            ring_version: 0,
+            endpoint: Some("grpc://demo-hot.cache.svc:50051".into()),
+        }
+    }
+
+    fn condition<'a>(status: &'a CacheClusterStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn conditions_follow_the_outcome() {
+        let cases = [
+            (
+                Outcome::Reconciled {
+                    pools: vec![pool(3, 0)],
+                    rolling_out: false,
+                },
+                ("False", "ShardsNotReady"),
+                ("True", "Creating"),
+                ("False", "AsExpected"),
+            ),
+            (
+                Outcome::Reconciled {
+                    pools: vec![pool(3, 2)],
+                    rolling_out: false,
+                },
+                ("False", "ShardsNotReady"),
+                ("True", "ShardsNotReady"),
+                ("False", "AsExpected"),
+            ),
+            (
+                Outcome::Reconciled {
+                    pools: vec![pool(3, 3)],
+                    rolling_out: true,
+                },
+                ("True", "AllShardsReady"),
+                ("True", "RollingOut"),
+                ("False", "AsExpected"),
+            ),
+            (
+                Outcome::Reconciled {
+                    pools: vec![pool(3, 3)],
+                    rolling_out: false,
+                },
+                ("True", "AllShardsReady"),
+                ("False", "RolloutComplete"),
+                ("False", "AsExpected"),
+            ),
+            (
+                Outcome::InvalidSpec("spec.pools[hot].shards: bad".into()),
+                ("False", "ShardsNotReady"),
+                ("False", "InvalidSpec"),
+                ("True", "InvalidSpec"),
+            ),
+        ];
+        for (outcome, ready, progressing, degraded) in cases {
+            let status = compute(None, Some(2), &outcome, &time(100));
+            for (type_, (value, reason)) in [
+                ("Ready", ready),
+                ("Progressing", progressing),
+                ("Degraded", degraded),
+            ] {
+                let c = condition(&status, type_);
+                assert_eq!(
+                    (c.status.as_str(), c.reason.as_str()),
+                    (value, reason),
+                    "{outcome:?} {type_}"
+                );
+                assert_eq!(c.observed_generation, Some(2));
+            }
+            assert_eq!(status.observed_generation, Some(2));
+        }
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_flips() {
+        let first = compute(
+            None,
+            Some(1),
+            &Outcome::Reconciled {
+                pools: vec![pool(3, 1)],
+                rolling_out: false,
+            },
+            &time(100),
+        );
+        let same = compute(
+            Some(&first),
+            Some(1),
+            &Outcome::Reconciled {
+                pools: vec![pool(3, 2)],
+                rolling_out: false,
+            },
+            &time(200),
+        );
+        assert_eq!(condition(&same, "Ready").last_transition_time, time(100));
+        let flipped = compute(
+            Some(&same),
+            Some(1),
+            &Outcome::Reconciled {
+                pools: vec![pool(3, 3)],
+                rolling_out: false,
+            },
+            &time(300),
+        );
+        assert_eq!(condition(&flipped, "Ready").last_transition_time, time(300));
+        assert_eq!(flipped.shards_ready.as_deref(), Some("3/3"));
+        assert_eq!(flipped.pool_names.as_deref(), Some("hot"));
+    }
+}

@@ -1,0 +1,288 @@
+//! From a `CacheCluster` to the validated model the builders take.
+//!
+//! Runs the same rules the API server enforces (`crds::cachecluster::validate`), refuses
+//! what this operator cannot act on (with a message naming the field), and derives
+//! every value the builders need: the node byte budget from the memory limit, the
+//! image, the ports. Pure; no I/O.
+
+use std::time::Duration;
+
+use crds::cachecluster::{CacheCluster, FieldError, InvalidSpec, PoolSpec};
+use crds::node_config::{EvictionPolicy, TtlMode};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+
+use crds::cachecluster::{PersistenceSpec, SchedulingSpec};
+
+/// Memory a node process needs beyond its cache: code, gRPC buffers of in-flight
+/// requests, the allocator's slack.
+pub const NODE_BASE_BYTES: u64 = 48 << 20;
+/// Share of the rest the node may fill with cached Arrow data; the remainder absorbs
+/// in-flight puts' message buffers and DoGet encode buffers.
+pub const BUDGET_PERCENT: u64 = 80;
+/// Largest single entry a pool accepts, whatever its budget.
+pub const MAX_ENTRY_CAP_BYTES: u64 = 256 << 20;
+
+/// The node byte budget for a container memory limit: 80% of (limit − 48 MiB).
+pub fn compute_budget_bytes(memory_limit_bytes: u64) -> u64 {
+    memory_limit_bytes.saturating_sub(NODE_BASE_BYTES) / 100 * BUDGET_PERCENT
+}
+
+/// The max entry size for a budget: a quarter of it, at most 256 MiB.
+pub fn compute_max_entry_bytes(budget_bytes: u64) -> u64 {
+    (budget_bytes / 4).clamp(1, MAX_ENTRY_CAP_BYTES)
+}
+
+/// Operator-wide settings validation needs.
+#[derive(Debug, Clone)]
+pub struct Defaults {
+    /// Node image when the spec names none.
+    pub node_image: String,
+    /// Image pull policy of node containers.
+    pub image_pull_policy: String,
+}
+
+/// A cluster the operator can act on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedCluster {
+    /// CacheCluster name.
+    pub name: String,
+    /// Namespace of the cluster and its children.
+    pub namespace: String,
+    /// The controller owner reference every child carries.
+    pub owner: OwnerReference,
+    /// `metadata.generation`, used as the node config generation.
+    pub generation: i64,
+    /// Flight port.
+    pub port: u16,
+    /// Metrics port.
+    pub metrics_port: u16,
+    /// Secret name and key of the auth token, if auth is on.
+    pub auth: Option<(String, String)>,
+    /// Image pull policy of node containers.
+    pub image_pull_policy: String,
+    /// Pools in spec order.
+    pub pools: Vec<ValidatedPool>,
+}
+
+/// One pool, every value derived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedPool {
+    /// Pool name.
+    pub name: String,
+    /// Number of nodes.
+    pub shards: i32,
+    /// Copies per key.
+    pub replicas: i32,
+    /// Node image.
+    pub image: String,
+    /// Entry cap per node.
+    pub max_entries: u64,
+    /// Default TTL.
+    pub ttl: Duration,
+    /// TTL mode.
+    pub ttl_mode: TtlMode,
+    /// Eviction policy.
+    pub eviction: EvictionPolicy,
+    /// Container memory limit as written (a Kubernetes quantity).
+    pub memory_limit: String,
+    /// Container memory limit in bytes.
+    pub memory_limit_bytes: u64,
+    /// Node byte budget ([`compute_budget_bytes`]).
+    pub budget_bytes: u64,
+    /// Node max entry size ([`compute_max_entry_bytes`]).
+    pub max_entry_bytes: u64,
+    /// Other container resources.
+    pub resources: Option<ResourceRequirements>,
+    /// Scheduling overrides.
+    pub scheduling: Option<SchedulingSpec>,
+    /// Disk tier volumes.
+    pub persistence: Option<PersistenceSpec>,
+}
+
+/// Checks `cc` and derives the model.
+///
+/// # Errors
+/// [`InvalidSpec`] listing each field that breaks a rule or that this operator cannot
+/// act on.
+pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedCluster, InvalidSpec> {
+    crds::cachecluster::validate::validate(cc)?;
+    let mut errors = Vec::new();
+    let name = cc.metadata.name.clone().unwrap_or_default();
+    let namespace = cc.metadata.namespace.clone().unwrap_or_default();
+    if cc.spec.tls.is_some() {
+        errors.push(FieldError {
+            field: "spec.tls".into(),
+            message: "TLS serving is not implemented by flightcache-node yet; remove spec.tls",
+        });
+    }
+    let Some(owner) = cc.controller_owner_ref(&()) else {
+        errors.push(FieldError {
+            field: "metadata.uid".into(),
+            message: "the object has no uid yet; it must be read from the API server",
+        });
+        return Err(InvalidSpec { errors });
+    };
+    let port = port_of(cc.spec.port, "spec.port", &mut errors);
+    let metrics_port = port_of(
+        cc.spec.monitoring.metrics_port,
+        "spec.monitoring.metricsPort",
+        &mut errors,
+    );
+    let cluster_image = cc
+        .spec
+        .image
+        .clone()
+        .unwrap_or_else(|| defaults.node_image.clone());
+    let mut pools = Vec::new();
+    for pool in &cc.spec.pools {
+        match validate_pool(pool, &cluster_image) {
+            Ok(valid) => pools.push(valid),
+            Err(error) => errors.push(error),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(InvalidSpec { errors });
+    }
+    Ok(ValidatedCluster {
+        name,
+        namespace,
+        owner,
+        generation: cc.metadata.generation.unwrap_or(0),
+        port,
+        metrics_port,
+        auth: cc
+            .spec
+            .auth
+            .as_ref()
+            .map(|a| (a.secret_name.clone(), a.key.clone())),
+        image_pull_policy: defaults.image_pull_policy.clone(),
+        pools,
+    })
+}
+
+fn port_of(value: i32, field: &str, errors: &mut Vec<FieldError>) -> u16 {
+    u16::try_from(value)
+        .ok()
+        .filter(|p| *p > 0)
+        .unwrap_or_else(|| {
+            errors.push(FieldError {
+                field: field.to_owned(),
+                message: "must be between 1 and 65535",
+            });
+            0
+        })
+}
+
+fn validate_pool(pool: &PoolSpec, cluster_image: &str) -> Result<ValidatedPool, FieldError> {
+    let memory_limit_bytes = pool.memory_limit_bytes()?;
+    let ttl = pool.ttl_duration()?;
+    let budget_bytes = compute_budget_bytes(memory_limit_bytes);
+    Ok(ValidatedPool {
+        name: pool.name.clone(),
+        shards: pool.shards,
+        replicas: pool.replicas,
+        image: pool
+            .image
+            .clone()
+            .unwrap_or_else(|| cluster_image.to_owned()),
+        max_entries: u64::try_from(pool.max_entries).unwrap_or(1).max(1),
+        ttl,
+        ttl_mode: pool.ttl_mode,
+        eviction: pool.eviction,
+        memory_limit: pool.memory_limit.clone(),
+        memory_limit_bytes,
+        budget_bytes,
+        max_entry_bytes: compute_max_entry_bytes(budget_bytes),
+        resources: pool.resources.clone(),
+        scheduling: pool.scheduling.clone(),
+        persistence: pool.persistence.clone(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Test fixtures: `CacheCluster`s built like a user would write them.
+
+    use crds::cachecluster::{CacheCluster, CacheClusterSpec, PoolSpec};
+
+    use super::{Defaults, ValidatedCluster, validate};
+
+    /// A cluster `demo` in namespace `cache` with the given pools (name, shards).
+    pub fn cluster(pools: &[(&str, i32)]) -> CacheCluster {
+        let pools = pools
+            .iter()
+            .map(|(name, shards)| PoolSpec {
+                shards: *shards,
+                ..PoolSpec::new(*name)
+            })
+            .collect();
+        let mut cc = CacheCluster::new("demo", CacheClusterSpec::with_pools(pools));
+        cc.metadata.namespace = Some("cache".into());
+        cc.metadata.uid = Some("0b6c2a6e-1111-4222-8333-444455556666".into());
+        cc.metadata.generation = Some(3);
+        cc
+    }
+
+    pub fn defaults() -> Defaults {
+        Defaults {
+            node_image: "flightcache/node:test".into(),
+            image_pull_policy: "IfNotPresent".into(),
+        }
+    }
+
+    pub fn validated(pools: &[(&str, i32)]) -> ValidatedCluster {
+        validate(&cluster(pools), &defaults()).unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn budget_leaves_headroom_below_the_memory_limit() {
+        assert_eq!(
+            compute_budget_bytes(2 << 30),
+            ((2u64 << 30) - (48 << 20)) / 100 * 80
+        );
+        assert!(compute_budget_bytes(64 << 20) > 0);
+        assert!(compute_budget_bytes(64 << 20) < 64 << 20);
+        assert_eq!(
+            compute_max_entry_bytes(compute_budget_bytes(8 << 30)),
+            256 << 20
+        );
+    }
+
+    #[test]
+    fn a_default_pool_gets_derived_values() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        assert_eq!(
+            (pool.shards, pool.image.as_str()),
+            (3, "flightcache/node:test")
+        );
+        assert_eq!(
+            pool.budget_bytes,
+            compute_budget_bytes(pool.memory_limit_bytes)
+        );
+        assert_eq!(cluster.owner.kind, "CacheCluster");
+        assert_eq!(cluster.owner.controller, Some(true));
+    }
+
+    #[test]
+    fn unsupported_and_invalid_fields_are_named() {
+        let mut cc = cluster(&[("hot", 3)]);
+        cc.spec.tls = Some(crds::cachecluster::TlsSpec {
+            secret_name: "certs".into(),
+        });
+        let err = validate(&cc, &defaults()).unwrap_err();
+        assert!(err.to_string().contains("spec.tls"), "{err}");
+        let mut cc = cluster(&[("hot", 3)]);
+        cc.spec.pools[0].shards = 0;
+        let err = validate(&cc, &defaults()).unwrap_err();
+        assert!(err.to_string().contains("shards"), "{err}");
+    }
+}

@@ -1,0 +1,388 @@
+//! Integration tests against a real kube-apiserver (`e2e/cluster up
+//! --control-plane-only`; KUBECONFIG points at it). Ignored by plain `cargo test`;
+//! `scripts/test` runs them with `--ignored`.
+//!
+//! Each test works in its own labelled namespace and deletes it at the end. Pods stay
+//! Pending here (no kubelet): these tests assert on objects, owner references,
+//! server-side-apply idempotence and status, not on running nodes.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crds::cachecluster::{CacheCluster, CacheClusterSpec, PoolSpec, TlsSpec};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, ResourceExt};
+use operator::controller::{Context, reconcile};
+use operator::metrics::Metrics;
+use operator::validate::Defaults;
+
+async fn client() -> Client {
+    Client::try_default()
+        .await
+        .expect("KUBECONFIG must point at the test API server")
+}
+
+async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds::generate::crd().unwrap();
+    crds.patch(
+        &crd.name_any(),
+        &PatchParams::apply("flightcache-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(crds, &crd.name_any(), conditions::is_crd_established()),
+    )
+    .await
+    .expect("CRD established in time")
+    .unwrap();
+}
+
+/// A fresh namespace, deleted when the guard drops.
+struct TestNamespace {
+    client: Client,
+    name: String,
+}
+
+impl TestNamespace {
+    async fn new(client: &Client, prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", std::process::id() % 100_000 + rand_suffix());
+        let api: Api<Namespace> = Api::all(client.clone());
+        let mut ns = Namespace::default();
+        ns.metadata.name = Some(name.clone());
+        ns.metadata.labels = Some(BTreeMap::from([(
+            "flightcache.dev/test".into(),
+            "true".into(),
+        )]));
+        api.create(&PostParams::default(), &ns).await.unwrap();
+        Self {
+            client: client.clone(),
+            name,
+        }
+    }
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() % 10_000)
+        .unwrap_or(0)
+}
+
+impl TestNamespace {
+    /// Deletes the namespace and everything in it. (Not a Drop: the client's connection
+    /// is driven by the test's runtime, which a Drop cannot await.)
+    async fn delete(self) {
+        let api: Api<Namespace> = Api::all(self.client);
+        let _ = api.delete(&self.name, &DeleteParams::background()).await;
+    }
+}
+
+fn context(client: &Client) -> Arc<Context> {
+    let defaults = Defaults {
+        node_image: "flightcache-node:e2e".into(),
+        image_pull_policy: "Never".into(),
+    };
+    Arc::new(Context::new(
+        client.clone(),
+        defaults,
+        Arc::new(Metrics::default()),
+        "integration-test",
+    ))
+}
+
+async fn create_cluster(client: &Client, namespace: &str, pools: &[(&str, i32)]) -> CacheCluster {
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), namespace);
+    let spec = CacheClusterSpec::with_pools(
+        pools
+            .iter()
+            .map(|(name, shards)| PoolSpec {
+                shards: *shards,
+                ..PoolSpec::new(*name)
+            })
+            .collect(),
+    );
+    api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
+        .await
+        .unwrap()
+}
+
+async fn fetch(client: &Client, namespace: &str) -> CacheCluster {
+    Api::<CacheCluster>::namespaced(client.clone(), namespace)
+        .get("demo")
+        .await
+        .unwrap()
+}
+
+async fn resource_versions(client: &Client, namespace: &str) -> BTreeMap<String, String> {
+    let mut versions = BTreeMap::new();
+    let params = ListParams::default().labels("app.kubernetes.io/instance=demo");
+    for sts in Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("sts/{}", sts.name_any()),
+            // Controllers write StatefulSet and PDB status; the generation is ours alone.
+            sts.metadata.generation.unwrap().to_string(),
+        );
+    }
+    for svc in Api::<Service>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("svc/{}", svc.name_any()),
+            svc.resource_version().unwrap(),
+        );
+    }
+    for cm in Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("cm/{}", cm.name_any()),
+            cm.resource_version().unwrap(),
+        );
+    }
+    for pdb in Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await
+        .unwrap()
+    {
+        versions.insert(
+            format!("pdb/{}", pdb.name_any()),
+            pdb.metadata.generation.unwrap().to_string(),
+        );
+    }
+    versions
+}
+
+fn condition(cc: &CacheCluster, type_: &str) -> (String, String) {
+    let c = cc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {:?}", cc.status));
+    (c.status.clone(), c.reason.clone())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn reconcile_creates_owned_children_and_a_second_pass_changes_nothing() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-reconcile").await;
+    let created = create_cluster(&client, &ns.name, &[("hot", 3), ("cold", 1)]).await;
+    let ctx = context(&client);
+
+    reconcile(Arc::new(created.clone()), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    let versions = resource_versions(&client, &ns.name).await;
+    assert_eq!(versions.len(), 10, "5 objects per pool: {versions:?}");
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns.name)
+        .get("demo-hot")
+        .await
+        .unwrap();
+    let owner = &sts.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("CacheCluster", "demo", Some(true))
+    );
+    assert_eq!(owner.uid, created.uid().unwrap());
+    assert_eq!(sts.spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(
+        sts.spec
+            .as_ref()
+            .unwrap()
+            .update_strategy
+            .as_ref()
+            .unwrap()
+            .type_
+            .as_deref(),
+        Some("OnDelete")
+    );
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .get("demo-hot")
+        .await
+        .unwrap();
+    let node_config =
+        crds::node_config::NodeConfig::from_json(&cm.data.unwrap()["node.json"]).unwrap();
+    assert_eq!(node_config.ttl.as_deref(), Some("1h"));
+    let headless = Api::<Service>::namespaced(client.clone(), &ns.name)
+        .get("demo-hot-nodes")
+        .await
+        .unwrap();
+    assert_eq!(headless.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+
+    let cc = fetch(&client, &ns.name).await;
+    assert_eq!(
+        cc.status.as_ref().unwrap().observed_generation,
+        cc.metadata.generation
+    );
+    assert_eq!(condition(&cc, "Ready").0, "False");
+    assert_eq!(
+        condition(&cc, "Progressing"),
+        ("True".into(), "Creating".into())
+    );
+    assert_eq!(
+        condition(&cc, "Degraded"),
+        ("False".into(), "AsExpected".into())
+    );
+    let pools = &cc.status.as_ref().unwrap().pools;
+    assert_eq!(
+        pools[0].endpoint.as_deref(),
+        Some(format!("grpc://demo-hot.{}.svc:50051", ns.name).as_str())
+    );
+
+    // Server-side apply is idempotent: a second pass writes no child. (Its status may
+    // differ: the StatefulSet controller has created the Pending pods meanwhile.)
+    reconcile(Arc::new(cc), Arc::clone(&ctx)).await.unwrap();
+    assert_eq!(resource_versions(&client, &ns.name).await, versions);
+    // Once the world stands still, a pass writes nothing at all, status included.
+    let settled = fetch(&client, &ns.name).await;
+    let settled_version = settled.resource_version();
+    reconcile(Arc::new(settled), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    assert_eq!(resource_versions(&client, &ns.name).await, versions);
+    assert_eq!(
+        fetch(&client, &ns.name).await.resource_version(),
+        settled_version,
+        "status unchanged"
+    );
+    ns.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn scaling_and_removing_pools_follow_the_spec() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-scale").await;
+    create_cluster(&client, &ns.name, &[("hot", 3), ("cold", 1)]).await;
+    let ctx = context(&client);
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+        .await
+        .unwrap();
+
+    for shards in [5, 2] {
+        let patch = serde_json::json!({"spec": {"pools": [{"name": "hot", "shards": shards}, {"name": "cold", "shards": 1}]}});
+        api.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+            .await
+            .unwrap();
+        let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns.name)
+            .get("demo-hot")
+            .await
+            .unwrap();
+        assert_eq!(sts.spec.unwrap().replicas, Some(shards));
+        let status = fetch(&client, &ns.name).await.status.unwrap();
+        assert_eq!(status.pools[0].shards, shards);
+        assert_eq!(
+            status.shards_ready.as_deref(),
+            Some(format!("0/{}", shards + 1).as_str())
+        );
+    }
+
+    let patch = serde_json::json!({"spec": {"pools": [{"name": "hot", "shards": 2}]}});
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    let versions = resource_versions(&client, &ns.name).await;
+    assert!(
+        versions.keys().all(|k| !k.contains("cold")),
+        "cold pool objects remain: {versions:?}"
+    );
+    assert_eq!(versions.len(), 5);
+    ns.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_spec_the_operator_cannot_act_on_is_reported_as_degraded() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-invalid").await;
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
+    spec.tls = Some(TlsSpec {
+        secret_name: "certs".into(),
+    });
+    api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
+        .await
+        .unwrap();
+    let err = reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "invalid_spec");
+    let cc = fetch(&client, &ns.name).await;
+    assert_eq!(
+        condition(&cc, "Degraded"),
+        ("True".into(), "InvalidSpec".into())
+    );
+    let message = &cc
+        .status
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap()
+        .message
+        .clone();
+    assert!(message.contains("spec.tls"), "{message}");
+    assert!(
+        resource_versions(&client, &ns.name).await.is_empty(),
+        "nothing is created for an invalid spec"
+    );
+    ns.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn deleting_the_cluster_leaves_children_to_the_garbage_collector() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-delete").await;
+    create_cluster(&client, &ns.name, &[("hot", 1)]).await;
+    reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+        .await
+        .unwrap();
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    api.delete("demo", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let gone = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if sts.get_opt("demo-hot").await.unwrap().is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the garbage collector removes owned children");
+    ns.delete().await;
+}
