@@ -274,11 +274,7 @@ async fn watch_config_file(
                 continue;
             }
         };
-        if doc.ensure_live_only().is_err() {
-            tracing::warn!(
-                "config file changes to listen, metricsListen, authTokenFile or shutdownGrace take effect at the next restart"
-            );
-        }
+        // listen, metricsListen, authTokenFile and shutdownGrace are read at start only.
         let live_fields = crds::node_config::NodeConfig {
             listen: None,
             metrics_listen: None,
