@@ -34,7 +34,7 @@ pub struct Config {
     #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
     /// Elect a leader with a Lease so several replicas can run.
-    #[arg(long, env = "FLIGHTCACHE_LEADER_ELECTION", default_value_t = false)]
+    #[arg(long, env = "FLIGHTCACHE_LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_election: bool,
     /// Namespace of the leader Lease (the operator's own namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -55,6 +55,34 @@ pub struct Config {
     /// Log format: text or json.
     #[arg(long, env = "FLIGHTCACHE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn the_charts_arguments_parse() {
+        let config = Config::try_parse_from([
+            "flightcache-operator",
+            "--metrics-listen=0.0.0.0:8080",
+            "--node-image=flightcache/node:0.1.0",
+            "--node-image-pull-policy=Never",
+            "--log-format=json",
+            "--leader-election=true",
+            "--watch-namespace=cache",
+        ])
+        .unwrap();
+        assert!(config.leader_election);
+        assert_eq!(config.watch_namespace.as_deref(), Some("cache"));
+        assert!(
+            !Config::try_parse_from(["flightcache-operator"])
+                .unwrap()
+                .leader_election
+        );
+    }
 }
 
 /// How logs are written.
