@@ -64,7 +64,7 @@ class Settings:
     cell_seconds: float = 3.0  # measuring time per cell, all rounds together
     cell_min_iters: int = 200  # taken even if the time is up (bounded by cell_hard_seconds)
     cell_max_iters: int = 5_000
-    cell_hard_seconds: float = 12.0
+    cell_hard_seconds: float = 8.0
     warmup_iters: int = 20
     # throughput
     stream_seconds: float = 8.0
@@ -345,6 +345,8 @@ def measure_latency(systems: dict, tables: dict, settings: Settings, log) -> dic
         table = tables[shape]
         for op in ("hit", "info_get", "put"):
             op_kinds = [k for k in kinds if op != "info_get" or k != REDIS]
+            if not op_kinds:
+                continue
             cell = {k: Samples() for k in op_kinds}
 
             def fn_for(kind):
@@ -562,7 +564,9 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
     summary: list[tuple[str, str, str]] = []  # (target, figure, PASS/MISS)
     both = NODE in kinds and PYARROW in kinds
     L.append(f"Mode: {'quick' if meta['quick'] else 'full'} · {meta['date']} · {meta['machine']}")
+    L.append("")
     L.append(f"Versions: {meta['versions']}")
+    L.append("")
     L.append(f"Load average (1 min) at start {meta['load_start']}, at end {meta['load_end']} · bench time {meta['elapsed']:.0f} s")
     L.append("")
 
@@ -576,6 +580,8 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
         L.append("")
     for op, title in (("hit", "hit"), ("info_get", "info+get"), ("put", "put")) if lat else ():
         op_kinds = [k for k in kinds if op != "info_get" or k != REDIS]
+        if not op_kinds:
+            continue
         head = ["shape", "Arrow bytes"] + [f"{LABELS[k]} {title}" for k in op_kinds]
         if both:
             head.append("node/pyarrow p50")
@@ -795,7 +801,8 @@ def main() -> int:
         if REDIS in kinds:
             versions.append(tool_version([args.redis_bin, "--version"]))
         if NODE in kinds:
-            versions.append(tool_version([args.node_bin, "--version"]))
+            commit = tool_version(["git", "-C", HERE, "describe", "--always", "--dirty"])
+            versions.append(f"{tool_version([args.node_bin, '--version'])} (work tree {commit})")
         meta = dict(
             quick=settings.quick,
             date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
