@@ -218,9 +218,11 @@ class Processes:
         self.pidfile = pidfile
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.workdir)
+        full_env = {**os.environ, **(env or {})}
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=self.workdir, env=full_env)
         log.close()
         self.procs[name] = proc
         self._write_pidfile()
@@ -279,6 +281,11 @@ def wait_ready(procs: Processes, name: str, kind: str, port: int, timeout: float
     raise RuntimeError(f"{name} did not answer ping on {HOST}:{port} within {timeout:.0f}s: {last}\n{procs.log_tail(name)}")
 
 
+# The allocator settings every deployment of the node runs with (the operator's pod
+# template and scripts/run-node set them; see docs/cache-node.md, "Memory accounting").
+NODE_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
 def start_node(procs: Processes, name: str, node_bin: str, budget: int, max_entry: int):
     port, mport = free_port(), free_port()
     procs.start(
@@ -290,6 +297,7 @@ def start_node(procs: Processes, name: str, node_bin: str, budget: int, max_entr
             "--memory-budget", format_size(budget),
             "--max-entry-size", format_size(max_entry),
         ],
+        env=NODE_MALLOC_ENV,
     )
     return port, wait_ready(procs, name, NODE, port)
 

@@ -62,6 +62,7 @@ mod tests {
     fn node_config_carries_the_pool_settings_and_parses_back() {
         let cluster = validated(&[("hot", 3)]);
         let cm = build_configmap(&cluster, &cluster.pools[0]);
+        crate::build::golden::assert_golden("configmap-hot.json", &cm);
         assert_eq!(cm.metadata.name.as_deref(), Some("demo-hot"));
         let text = &cm.data.as_ref().unwrap()[names::NODE_CONFIG_KEY];
         let doc = NodeConfig::from_json(text).unwrap();

@@ -38,6 +38,7 @@ mod tests {
     fn pdb_allows_one_node_down() {
         let cluster = validated(&[("hot", 3)]);
         let pdb = build_pdb(&cluster, &cluster.pools[0]);
+        crate::build::golden::assert_golden("pdb-hot.json", &pdb);
         let spec = pdb.spec.unwrap();
         assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
         assert_eq!(

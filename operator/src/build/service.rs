@@ -80,6 +80,8 @@ mod tests {
         let cluster = validated(&[("hot", 3)]);
         let headless = build_headless_service(&cluster, &cluster.pools[0]);
         let client = build_client_service(&cluster, &cluster.pools[0]);
+        crate::build::golden::assert_golden("service-headless-hot.json", &headless);
+        crate::build::golden::assert_golden("service-client-hot.json", &client);
         assert_eq!(headless.metadata.name.as_deref(), Some("demo-hot-nodes"));
         assert_eq!(client.metadata.name.as_deref(), Some("demo-hot"));
         let headless_spec = headless.spec.unwrap();

@@ -1,0 +1,35 @@
+# Deploying FlightCache onto the e2e cluster (sourced after common.sh, not run):
+# release binaries -> images in the cluster's containerd -> CRD -> operator via the chart.
+# shellcheck shell=bash
+
+ROOT=${ROOT:-$(cd "$E2E/.." && pwd)}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flightcache/target}
+SYSTEM_NS=${SYSTEM_NS:-flightcache-system}
+NODE_IMAGE=flightcache/node:e2e
+OPERATOR_IMAGE=flightcache/operator:e2e
+
+# build_and_import_images: release builds of both binaries, imported as $NODE_IMAGE and
+# $OPERATOR_IMAGE (no registry; pods use imagePullPolicy Never).
+build_and_import_images() {
+  cargo build --release --quiet -p cache-node --bin flightcache-node -p operator --bin flightcache-operator
+  "$E2E/images" import "$NODE_IMAGE" "$CARGO_TARGET_DIR/release/flightcache-node" >/dev/null
+  "$E2E/images" import "$OPERATOR_IMAGE" "$CARGO_TARGET_DIR/release/flightcache-operator" >/dev/null
+}
+
+# install_operator: the CRD, then the chart (operator Deployment, RBAC) in $SYSTEM_NS;
+# waits for the Deployment to be available.
+install_operator() {
+  kctl apply --server-side -f "$ROOT/charts/flightcache/crds/" >/dev/null
+  kctl wait --for=condition=Established crd/cacheclusters.flightcache.dev --timeout=60s >/dev/null
+  kctl create namespace "$SYSTEM_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+  "$ROOT/scripts/helm" upgrade --install flightcache "$ROOT/charts/flightcache" -n "$SYSTEM_NS" \
+    --kubeconfig "$KUBECONFIG_FILE" --skip-crds \
+    --set "image.repository=${OPERATOR_IMAGE%:*},image.tag=${OPERATOR_IMAGE#*:},image.pullPolicy=Never" \
+    --set "nodeImage.repository=${NODE_IMAGE%:*},nodeImage.tag=${NODE_IMAGE#*:},nodeImage.pullPolicy=Never" >/dev/null
+  kctl -n "$SYSTEM_NS" rollout status deploy/flightcache-operator --timeout=120s >/dev/null
+}
+
+# uninstall_operator: removes the chart's release (the CRD stays, as with helm).
+uninstall_operator() {
+  "$ROOT/scripts/helm" uninstall flightcache -n "$SYSTEM_NS" --kubeconfig "$KUBECONFIG_FILE" >/dev/null 2>&1 || true
+}
