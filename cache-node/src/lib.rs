@@ -4,6 +4,7 @@
 //! - [`config`]: flags, environment and config file into one validated [`config::Config`].
 //! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC.
 //! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
+//! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 
 pub mod config;
@@ -12,6 +13,7 @@ pub mod flight;
 pub mod key;
 pub mod live;
 pub mod metrics;
+pub mod routing;
 pub mod server;
 pub mod store;
 pub mod telemetry;
