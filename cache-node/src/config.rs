@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use crds::node_config::{EvictionPolicy, NodeConfig, NodeConfigError, TtlMode};
+use crds::node_config::{EvictionPolicy, NodeConfigError, NodeDocument, Topology, TtlMode};
 use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
 use crate::store::{self, StoreConfig};
@@ -67,6 +67,13 @@ pub struct Cli {
     /// How long in-flight streams may finish after SIGTERM [default: 20s].
     #[arg(long, env = "FLIGHTCACHE_SHUTDOWN_GRACE", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
+    /// This node's stable member id in the ring (in a pod: the pod name).
+    #[arg(long, env = "FLIGHTCACHE_MEMBER_ID")]
+    pub member_id: Option<String>,
+    /// JSON topology file (ring members, addresses, states, version) for local
+    /// multi-node mode; overrides the config file's `topology`.
+    #[arg(long, env = "FLIGHTCACHE_TOPOLOGY")]
+    pub topology: Option<PathBuf>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "FLIGHTCACHE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -110,6 +117,15 @@ pub enum ConfigError {
         /// What is wrong and what is allowed.
         reason: String,
     },
+    /// The topology file could not be used.
+    #[error("topology file {path}")]
+    Topology {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: NodeConfigError,
+    },
     /// The auth token file could not be used.
     #[error("auth-token-file {path}: {reason}")]
     AuthToken {
@@ -137,6 +153,10 @@ pub struct Config {
     pub auth_token: Option<String>,
     /// Grace period for in-flight streams at shutdown.
     pub shutdown_grace: Duration,
+    /// This node's member id in the ring, if it is a member.
+    pub member_id: Option<String>,
+    /// The ring to start with; none means this node owns every key.
+    pub topology: Option<Topology>,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -167,12 +187,27 @@ impl Config {
             config,
             auth_token_file,
             shutdown_grace,
+            member_id,
+            topology,
             log_format,
         } = cli;
-        let file = match &config {
+        let NodeDocument {
+            config: file,
+            topology: file_topology,
+        } = match &config {
             Some(path) => read_config_file(path)?,
-            None => NodeConfig::default(),
+            None => NodeDocument::default(),
         };
+        let topology = match topology {
+            Some(path) => Some(read_topology_file(&path)?),
+            None => file_topology,
+        };
+        if member_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                field: "member-id",
+                reason: "must not be empty".into(),
+            });
+        }
         let config_path = config.clone().unwrap_or_default();
         let file_err = |source| ConfigError::File {
             path: config_path.clone(),
@@ -220,21 +255,38 @@ impl Config {
             shutdown_grace: shutdown_grace
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            member_id,
+            topology,
             log_format,
         })
     }
 }
 
-/// Reads and parses a node config file.
+/// Reads and parses a node config file (config fields and an optional topology).
 ///
 /// # Errors
 /// [`ConfigError::ReadFile`] or [`ConfigError::File`].
-pub fn read_config_file(path: &std::path::Path) -> Result<NodeConfig, ConfigError> {
+pub fn read_config_file(path: &std::path::Path) -> Result<NodeDocument, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
         path: path.to_owned(),
         source,
     })?;
-    NodeConfig::from_json(&text).map_err(|source| ConfigError::File {
+    NodeDocument::from_json(&text).map_err(|source| ConfigError::File {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads and validates a topology file.
+///
+/// # Errors
+/// [`ConfigError::ReadFile`] or [`ConfigError::Topology`].
+pub fn read_topology_file(path: &std::path::Path) -> Result<Topology, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    Topology::from_json(&text).map_err(|source| ConfigError::Topology {
         path: path.to_owned(),
         source,
     })
@@ -422,5 +474,47 @@ mod tests {
         let err = Config::from_cli(cli(&["--config", path]).unwrap()).unwrap_err();
         let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(chain.contains("memoryBudget"), "{chain}");
+    }
+
+    #[test]
+    fn the_topology_comes_from_its_flag_or_the_config_file() {
+        let mut config_file = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            config_file,
+            r#"{{"topology": {{"version": 3, "members": [{{"id": "a-0", "address": "10.0.0.1:50051"}}]}}}}"#
+        )
+        .unwrap();
+        let config_path = config_file.path().to_str().unwrap();
+        let config =
+            Config::from_cli(cli(&["--config", config_path, "--member-id", "a-0"]).unwrap())
+                .unwrap();
+        assert_eq!(config.topology.as_ref().unwrap().version, 3);
+        assert_eq!(config.member_id.as_deref(), Some("a-0"));
+
+        let mut topology_file = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            topology_file,
+            r#"{{"version": 9, "members": [{{"id": "b-0", "address": "127.0.0.1:1"}}]}}"#
+        )
+        .unwrap();
+        let topology_path = topology_file.path().to_str().unwrap();
+        let config =
+            Config::from_cli(cli(&["--config", config_path, "--topology", topology_path]).unwrap())
+                .unwrap();
+        assert_eq!(config.topology.unwrap().version, 9);
+
+        let mut bad = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            bad,
+            r#"{{"version": 1, "members": [{{"id": "x", "address": "x"}}]}}"#
+        )
+        .unwrap();
+        let err = Config::from_cli(cli(&["--topology", bad.path().to_str().unwrap()]).unwrap())
+            .unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(
+            chain.contains("topology") && chain.contains("host:port"),
+            "{chain}"
+        );
     }
 }

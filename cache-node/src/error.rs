@@ -99,6 +99,55 @@ pub enum Error {
     /// The method is not offered by a cache node.
     #[error("{0} is not offered by a FlightCache node")]
     Unimplemented(&'static str),
+    /// The topology document is inconsistent.
+    #[error("topology rejected: {0}")]
+    TopologyRejected(String),
+    /// A topology version older than the running one (or the running version changed).
+    #[error(
+        "topology version {requested} is not newer than the running ring version {running} (an \
+         older version, or the same version with different members); publish a new version"
+    )]
+    StaleTopology {
+        /// The version offered.
+        requested: u64,
+        /// The version running.
+        running: u64,
+    },
+    /// The ring has no active member to own the key.
+    #[error("ring version {version} has no active member to own this key")]
+    NoOwner {
+        /// The ring version.
+        version: u64,
+    },
+    /// A forwarded request reached a node whose ring names another owner.
+    #[error(
+        "ring disagreement: {from} (ring version {from_version}) forwarded this request here, but \
+         ring version {version} on this node names {owner} as the owner; retry once the \
+         topology has reached every node"
+    )]
+    RingDisagreement {
+        /// The forwarding member.
+        from: String,
+        /// The ring version it routed by.
+        from_version: u64,
+        /// The owner by this node's ring.
+        owner: String,
+        /// This node's ring version.
+        version: u64,
+    },
+    /// The member owning the key cannot be reached.
+    #[error("owner {owner} ({address}) is unreachable: {reason}")]
+    OwnerUnreachable {
+        /// The owner's member id.
+        owner: String,
+        /// Its address.
+        address: String,
+        /// What failed (connect error, deadline).
+        reason: String,
+    },
+    /// The owner answered a forwarded request with this status; it is passed on as is.
+    #[error("{}", .0.message())]
+    Forwarded(Status),
     /// Encoding an answer failed (a bug or corrupt state).
     #[error("failed to encode the answer")]
     Encode(#[source] arrow_flight::error::FlightError),
@@ -114,11 +163,16 @@ impl Error {
             | Self::BadPutStream(_)
             | Self::SchemaMismatch { .. }
             | Self::BadActionBody { .. }
-            | Self::ConfigRejected(_) => Code::InvalidArgument,
+            | Self::ConfigRejected(_)
+            | Self::TopologyRejected(_) => Code::InvalidArgument,
             Self::UnknownKey { .. } => Code::NotFound,
             Self::EntryTooLarge { .. } | Self::OverBudget { .. } => Code::ResourceExhausted,
             Self::InvalidatedDuringPut { .. } => Code::Aborted,
-            Self::StaleGeneration { .. } => Code::FailedPrecondition,
+            Self::StaleGeneration { .. } | Self::StaleTopology { .. } => Code::FailedPrecondition,
+            Self::NoOwner { .. }
+            | Self::RingDisagreement { .. }
+            | Self::OwnerUnreachable { .. } => Code::Unavailable,
+            Self::Forwarded(status) => status.code(),
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,
             Self::Encode(_) => Code::Internal,
@@ -129,6 +183,10 @@ impl Error {
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = err.code();
+        if let Error::Forwarded(status) = err {
+            // The owner already chose the code and message (and hid internal details).
+            return status;
+        }
         if code == Code::Internal {
             tracing::error!(error = %err, source = ?std::error::Error::source(&err), "flight request failed");
             return Self::internal("internal error");

@@ -14,11 +14,12 @@
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crds::node_config::NodeConfig;
+use crds::node_config::{NodeConfig, NodeDocument};
 use crds::quantity::format_bytes;
 
 use crate::config::{store_eviction, store_ttl_mode, validate_store};
 use crate::error::{Error, Result};
+use crate::routing::members::RoutingTable;
 use crate::store::{Store, StoreConfig};
 
 /// The running configuration generation and store settings.
@@ -131,6 +132,57 @@ impl LiveConfig {
             expired: outcome.expired_entries,
         })
     }
+}
+
+/// What applying a whole document (config fields and topology) did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentApplied {
+    /// The config generation now running.
+    pub generation: u64,
+    /// Entries evicted to fit new, smaller caps.
+    pub evicted: u64,
+    /// Entries expired at once because of a shorter TTL.
+    pub expired: u64,
+    /// The ring version now routing (0 without a topology).
+    pub ring_version: u64,
+}
+
+/// Applies a `configure` document: its config fields (if any) and its topology (if any),
+/// all or nothing as far as validation goes (the topology is checked before the config
+/// changes, and installed after). A document with only a topology leaves the config
+/// generation alone.
+///
+/// # Errors
+/// As [`LiveConfig::apply`], plus [`Error::TopologyRejected`] and
+/// [`Error::StaleTopology`].
+pub fn apply_document(
+    doc: &NodeDocument,
+    live: &LiveConfig,
+    routing: &RoutingTable,
+    store: &Store,
+) -> Result<DocumentApplied> {
+    if let Some(topology) = &doc.topology {
+        routing.check(topology)?;
+    }
+    let applied = if doc.config == NodeConfig::default() && doc.topology.is_some() {
+        Applied {
+            generation: live.generation(),
+            evicted: 0,
+            expired: 0,
+        }
+    } else {
+        live.apply(&doc.config, store)?
+    };
+    if let Some(topology) = &doc.topology {
+        routing.install(topology)?;
+    }
+    Ok(DocumentApplied {
+        generation: applied.generation,
+        evicted: applied.evicted,
+        expired: applied.expired,
+        ring_version: routing.version(),
+    })
 }
 
 /// An error and its sources on one line, for messages sent to clients.

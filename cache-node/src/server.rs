@@ -21,7 +21,9 @@ use crate::flight::FlightCacheService;
 use crate::flight::auth::Auth;
 use crate::live::{LiveConfig, chain};
 use crate::metrics::Metrics;
+use crate::routing::members::RoutingTable;
 use crate::store::{Store, SystemClock};
+use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.
 const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
@@ -43,6 +45,9 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("flight server failed")]
     Serve(#[source] tonic::transport::Error),
+    /// The starting topology was refused.
+    #[error("topology refused")]
+    Topology(#[source] crate::error::Error),
     /// The store configuration was refused.
     #[error("store configuration refused: {0}")]
     Store(String),
@@ -97,8 +102,11 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         config_file,
         auth_token,
         shutdown_grace,
+        member_id,
+        topology,
         log_format: _,
     } = config;
+    let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
     let store = Arc::new(
         Store::new(store_config.clone(), Arc::new(SystemClock::new()))
@@ -111,6 +119,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         Arc::clone(&live),
         Arc::clone(&metrics),
         Auth::new(auth_token),
+        Arc::clone(&routing),
     );
 
     let (flight_listener, flight_addr) = bind(listen).await?;
@@ -184,6 +193,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
             baseline,
             Arc::clone(&store),
             Arc::clone(&live),
+            Arc::clone(&routing),
         )));
     }
     tracing::info!(%flight_addr, %metrics_addr, generation, "flightcache node serving");
@@ -261,6 +271,7 @@ async fn watch_config_file(
     mut last: Option<Vec<u8>>,
     store: Arc<Store>,
     live: Arc<LiveConfig>,
+    routing: Arc<RoutingTable>,
 ) {
     let mut tick = tokio::time::interval(CONFIG_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -271,7 +282,10 @@ async fn watch_config_file(
             continue;
         }
         last = current;
-        let doc = match read_config_file(&path) {
+        let NodeDocument {
+            config: doc,
+            topology,
+        } = match read_config_file(&path) {
             Ok(doc) => doc,
             Err(err) => {
                 tracing::error!(error = %chain(&err), "config file changed but is invalid; keeping the running config");
@@ -293,6 +307,16 @@ async fn watch_config_file(
             ),
             Err(err) => {
                 tracing::error!(error = %err, "config file change refused; keeping the running config")
+            }
+        }
+        // The ring is applied on its own: an older ring in the file (a node that already
+        // got a newer one through `configure`) must not block config changes.
+        if let Some(topology) = topology {
+            match routing.install(&topology) {
+                Ok(installed) => tracing::debug!(?installed, "config file topology"),
+                Err(err) => {
+                    tracing::warn!(error = %err, "config file topology not applied; keeping the running ring")
+                }
             }
         }
     }

@@ -152,7 +152,8 @@ async fn every_action_does_what_it_says() {
             "invalidate-prefix",
             "clear",
             "stats",
-            "configure"
+            "configure",
+            "topology"
         ]
     );
 

@@ -22,6 +22,27 @@
 //! }
 //! ```
 //!
+//! A node config *file* (and a `configure` body) may also carry the routing ring as a
+//! `topology` object; [`NodeDocument`] reads both. The topology's `version` only moves
+//! forward on a node; member `id`s are stable identities (pod names), `address` is where
+//! peers and clients reach the member (`host:port`), `state` is `active` (default),
+//! `joining` or `draining`:
+//!
+//! ```json
+//! {
+//!   "generation": 3,
+//!   "topology": {
+//!     "version": 7,
+//!     "members": [
+//!       {"id": "analytics-hot-0", "address": "analytics-hot-0.analytics-hot.ns.svc:50051"},
+//!       {"id": "analytics-hot-1", "address": "analytics-hot-1.analytics-hot.ns.svc:50051"},
+//!       {"id": "analytics-hot-2", "address": "analytics-hot-2.analytics-hot.ns.svc:50051",
+//!        "state": "draining"}
+//!     ]
+//!   }
+//! }
+//! ```
+//!
 //! Pure: parsing and validation only, no I/O.
 
 use std::time::Duration;
@@ -139,6 +160,135 @@ pub struct NodeConfig {
     pub shutdown_grace: Option<String>,
 }
 
+/// The routing state of a ring member, as published.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    /// Owns keys.
+    #[default]
+    Active,
+    /// Known to the ring, owns no keys yet (warming up, receiving handed-off entries).
+    Joining,
+    /// Leaving: owns no keys; its keys go to their next choice.
+    Draining,
+}
+
+/// One member of a pool's ring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TopologyMember {
+    /// Stable identity (the StatefulSet pod name, e.g. `analytics-hot-2`); keys hash to ids.
+    pub id: String,
+    /// Where peers reach the member's Flight port: `host:port` (a pod DNS name or an IP).
+    pub address: String,
+    /// `active` (default), `joining` or `draining`.
+    #[serde(default)]
+    pub state: MemberState,
+}
+
+/// The routing ring of a pool: members and a version that only moves forward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Topology {
+    /// Ring version, at least 1; a node never goes back to an older one.
+    pub version: u64,
+    /// The members, in any order (ownership does not depend on the order).
+    pub members: Vec<TopologyMember>,
+}
+
+impl Topology {
+    /// Parses a topology JSON document (the `--topology` file) and validates it.
+    ///
+    /// # Errors
+    /// [`NodeConfigError::Topology`] naming what is wrong.
+    pub fn from_json(text: &str) -> Result<Self, NodeConfigError> {
+        let topology: Self =
+            serde_json::from_str(text).map_err(|err| NodeConfigError::Topology(err.to_string()))?;
+        topology.validate()?;
+        Ok(topology)
+    }
+
+    /// Checks the version, ids and addresses.
+    ///
+    /// # Errors
+    /// [`NodeConfigError::Topology`] naming the first problem.
+    pub fn validate(&self) -> Result<(), NodeConfigError> {
+        let bad = |reason: String| Err(NodeConfigError::Topology(reason));
+        if self.version == 0 {
+            return bad("version must be at least 1".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for member in &self.members {
+            if member.id.is_empty() || member.id.chars().any(|c| c.is_control() || c == ' ') {
+                return bad(format!(
+                    "member id '{}' must be non-empty without spaces or control characters",
+                    member.id
+                ));
+            }
+            if !seen.insert(member.id.as_str()) {
+                return bad(format!("member id '{}' appears twice", member.id));
+            }
+            let valid_port = member
+                .address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid_port || member.address.contains('/') || member.address.contains(' ') {
+                return bad(format!(
+                    "member '{}': address '{}' is not host:port (e.g. 10.244.0.7:50051)",
+                    member.id, member.address
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A whole node config document: the [`NodeConfig`] fields plus an optional `topology`.
+///
+/// This is what the node reads from its config file and from a `configure` body. The
+/// fields sit side by side in one JSON object (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeDocument {
+    /// Every field but `topology`.
+    pub config: NodeConfig,
+    /// The routing ring, if the document carries one.
+    pub topology: Option<Topology>,
+}
+
+impl NodeDocument {
+    /// Parses a JSON document; the topology, if any, is validated.
+    ///
+    /// # Errors
+    /// [`NodeConfigError::Syntax`] or [`NodeConfigError::Topology`].
+    pub fn from_json(text: &str) -> Result<Self, NodeConfigError> {
+        let mut value: serde_json::Value =
+            serde_json::from_str(text).map_err(NodeConfigError::Syntax)?;
+        let topology = match value.as_object_mut().and_then(|o| o.remove("topology")) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(raw) => {
+                let topology: Topology = serde_json::from_value(raw)
+                    .map_err(|err| NodeConfigError::Topology(err.to_string()))?;
+                topology.validate()?;
+                Some(topology)
+            }
+        };
+        let config = serde_json::from_value(value).map_err(NodeConfigError::Syntax)?;
+        Ok(Self { config, topology })
+    }
+
+    /// Serialises the document as pretty JSON.
+    pub fn to_json(&self) -> String {
+        let mut value = serde_json::to_value(&self.config).unwrap_or_default();
+        if let (Some(topology), Some(object)) = (&self.topology, value.as_object_mut()) {
+            object.insert(
+                "topology".into(),
+                serde_json::to_value(topology).unwrap_or_default(),
+            );
+        }
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    }
+}
+
 /// A node configuration document that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeConfigError {
@@ -154,6 +304,9 @@ pub enum NodeConfigError {
         #[source]
         source: QuantityError,
     },
+    /// The `topology` object is malformed or inconsistent.
+    #[error("node config field 'topology' is invalid: {0}")]
+    Topology(String),
     /// A field may not be changed while the node runs.
     #[error("node config field '{field}' cannot change without a restart")]
     NotLive {
@@ -297,6 +450,51 @@ mod tests {
                 .to_string()
                 .contains("'ttl'")
         );
+    }
+
+    #[test]
+    fn a_document_carries_an_optional_topology() {
+        let text = r#"{"ttl": "5m", "topology": {"version": 2, "members": [
+            {"id": "p-0", "address": "10.0.0.1:50051"},
+            {"id": "p-1", "address": "p-1.p.ns.svc:50051", "state": "draining"}]}}"#;
+        let doc = NodeDocument::from_json(text).unwrap();
+        assert_eq!(doc.config.ttl.as_deref(), Some("5m"));
+        let topology = doc.topology.clone().unwrap();
+        assert_eq!(topology.version, 2);
+        assert_eq!(topology.members[0].state, MemberState::Active);
+        assert_eq!(topology.members[1].state, MemberState::Draining);
+        assert_eq!(NodeDocument::from_json(&doc.to_json()).unwrap(), doc);
+        let plain = NodeDocument::from_json(r#"{"ttl": "5m"}"#).unwrap();
+        assert_eq!(plain.topology, None);
+        assert!(NodeDocument::from_json(r#"{"tll": "5m"}"#).is_err());
+    }
+
+    #[test]
+    fn bad_topologies_say_what_is_wrong() {
+        let cases = [
+            (r#"{"version": 0, "members": []}"#, "at least 1"),
+            (
+                r#"{"version": 1, "members": [{"id": "a", "address": "h:1"}, {"id": "a", "address": "h:2"}]}"#,
+                "appears twice",
+            ),
+            (
+                r#"{"version": 1, "members": [{"id": "a", "address": "nohost"}]}"#,
+                "not host:port",
+            ),
+            (
+                r#"{"version": 1, "members": [{"id": "", "address": "h:1"}]}"#,
+                "non-empty",
+            ),
+            (
+                r#"{"version": 1, "members": [{"id": "a", "address": "h:1", "state": "gone"}]}"#,
+                "gone",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = Topology::from_json(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+            assert!(err.contains("'topology'"), "{err}");
+        }
     }
 
     #[test]

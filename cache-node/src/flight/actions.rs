@@ -7,17 +7,22 @@
 //! | `invalidate-prefix` | a non-empty path prefix (`reports/`) | `{"removed": 12}` |
 //! | `clear` | empty | `{"removed": 40}` |
 //! | `stats` | empty | store counters, limits and the running config generation |
-//! | `configure` | a node config document with live fields only (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0}` |
+//! | `configure` | a node config document with live fields only and/or a `topology` (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0, "ringVersion": 7}` |
+//! | `topology` | empty | `{"memberId": "p-0", "version": 7, "members": [...]}` (version 0 and no members without a topology) |
+//!
+//! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
+//! on every member (the Flight adapter forwards them; see `flight::forward`).
 
 use bytes::Bytes;
-use crds::node_config::NodeConfig;
+use crds::node_config::NodeDocument;
 use crds::quantity::format_duration;
 use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::flight::ticket::CacheTicket;
 use crate::key::CacheKey;
-use crate::live::{LiveConfig, chain};
+use crate::live::{LiveConfig, apply_document, chain};
+use crate::routing::members::RoutingTable;
 use crate::store::{RemovalCause, Store};
 
 /// An action this node offers.
@@ -35,17 +40,20 @@ pub enum NodeAction {
     Stats,
     /// Apply a live config document.
     Configure,
+    /// The ring this node routes by.
+    Topology,
 }
 
 impl NodeAction {
     /// Every action, in ListActions order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Ping,
         Self::Invalidate,
         Self::InvalidatePrefix,
         Self::Clear,
         Self::Stats,
         Self::Configure,
+        Self::Topology,
     ];
 
     /// The action type string.
@@ -57,6 +65,7 @@ impl NodeAction {
             Self::Clear => "clear",
             Self::Stats => "stats",
             Self::Configure => "configure",
+            Self::Topology => "topology",
         }
     }
 
@@ -74,8 +83,9 @@ impl NodeAction {
             Self::Stats => "Return counters, limits and the config generation as JSON.",
             Self::Configure => {
                 "Apply a node config JSON document with live fields (generation, maxEntries, \
-                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction)."
+                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction) and/or a ring topology."
             }
+            Self::Topology => "Return this node's member id and the ring it routes by as JSON.",
         }
     }
 
@@ -95,7 +105,13 @@ impl NodeAction {
 ///
 /// # Errors
 /// [`Error::BadActionBody`] for a body the action cannot use; configure errors.
-pub fn run(action: NodeAction, body: &Bytes, store: &Store, live: &LiveConfig) -> Result<Bytes> {
+pub fn run(
+    action: NodeAction,
+    body: &Bytes,
+    store: &Store,
+    live: &LiveConfig,
+    routing: &RoutingTable,
+) -> Result<Bytes> {
     let bad_body = |reason: &str| Error::BadActionBody {
         action: action.name(),
         reason: reason.to_owned(),
@@ -103,17 +119,7 @@ pub fn run(action: NodeAction, body: &Bytes, store: &Store, live: &LiveConfig) -
     let result = match action {
         NodeAction::Ping => return Ok(Bytes::from_static(b"pong")),
         NodeAction::Invalidate => {
-            let key = if CacheTicket::looks_like_ticket(body) {
-                CacheTicket::try_decode(body)?.key
-            } else {
-                let path = std::str::from_utf8(body).map_err(|_| {
-                    bad_body("a path key must be UTF-8; send a ticket for command keys")
-                })?;
-                if path.is_empty() {
-                    return Err(bad_body("name the key to remove, e.g. 'reports/daily'"));
-                }
-                CacheKey::Path(path.to_owned())
-            };
+            let key = invalidate_key(body)?;
             json!({ "removed": store.invalidate(&key.to_store_bytes()) })
         }
         NodeAction::InvalidatePrefix => {
@@ -127,17 +133,53 @@ pub fn run(action: NodeAction, body: &Bytes, store: &Store, live: &LiveConfig) -
             json!({ "removed": store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)) })
         }
         NodeAction::Clear => json!({ "removed": store.clear() }),
-        NodeAction::Stats => stats_json(store, live),
+        NodeAction::Stats => {
+            let mut stats = stats_json(store, live);
+            stats["ringVersion"] = routing.version().into();
+            stats["memberId"] = routing.self_id().into();
+            stats
+        }
         NodeAction::Configure => {
             let text =
                 std::str::from_utf8(body).map_err(|_| bad_body("the body must be UTF-8 JSON"))?;
-            let doc = NodeConfig::from_json(text).map_err(|err| bad_body(&chain(&err)))?;
-            doc.ensure_live_only()
+            let doc = NodeDocument::from_json(text).map_err(|err| bad_body(&chain(&err)))?;
+            doc.config
+                .ensure_live_only()
                 .map_err(|err| bad_body(&err.to_string()))?;
-            serde_json::to_value(live.apply(&doc, store)?).unwrap_or_default()
+            serde_json::to_value(apply_document(&doc, live, routing, store)?).unwrap_or_default()
+        }
+        NodeAction::Topology => {
+            let current = routing.current();
+            json!({
+                "memberId": routing.self_id(),
+                "version": routing.version(),
+                "members": current
+                    .map(|m| serde_json::to_value(&m.topology().members).unwrap_or_default())
+                    .unwrap_or_else(|| json!([])),
+            })
         }
     };
     Ok(Bytes::from(result.to_string()))
+}
+
+/// The key an `invalidate` body names: a path key or a ticket.
+///
+/// # Errors
+/// [`Error::BadActionBody`] or [`Error::BadTicket`].
+pub fn invalidate_key(body: &Bytes) -> Result<CacheKey> {
+    let bad_body = |reason: &str| Error::BadActionBody {
+        action: NodeAction::Invalidate.name(),
+        reason: reason.to_owned(),
+    };
+    if CacheTicket::looks_like_ticket(body) {
+        return Ok(CacheTicket::try_decode(body)?.key);
+    }
+    let path = std::str::from_utf8(body)
+        .map_err(|_| bad_body("a path key must be UTF-8; send a ticket for command keys"))?;
+    if path.is_empty() {
+        return Err(bad_body("name the key to remove, e.g. 'reports/daily'"));
+    }
+    Ok(CacheKey::Path(path.to_owned()))
 }
 
 /// The `stats` document.

@@ -3,10 +3,12 @@
 //! Offered: Handshake, DoPut, DoGet, GetFlightInfo, GetSchema, ListFlights, DoAction,
 //! ListActions. DoExchange and PollFlightInfo answer UNIMPLEMENTED. Every call is
 //! authorised (`auth.rs`), timed into the RPC metrics and mapped to a gRPC status in
-//! one place (`error.rs`).
+//! one place (`error.rs`). With a topology, calls for keys this node does not own go to
+//! their owner (`forward.rs`); `invalidate-prefix` and `clear` run on every member.
 
 pub mod actions;
 pub mod auth;
+pub mod forward;
 pub mod put;
 pub mod ticket;
 
@@ -23,12 +25,14 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::error::Error;
 use crate::key::CacheKey;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, Store};
 use auth::Auth;
 use ticket::CacheTicket;
@@ -47,6 +51,8 @@ pub struct FlightCacheService {
     live: Arc<LiveConfig>,
     metrics: Arc<Metrics>,
     auth: Auth,
+    routing: Arc<RoutingTable>,
+    peers: forward::Peers,
 }
 
 impl FlightCacheService {
@@ -56,17 +62,67 @@ impl FlightCacheService {
         live: Arc<LiveConfig>,
         metrics: Arc<Metrics>,
         auth: Auth,
+        routing: Arc<RoutingTable>,
     ) -> Self {
         Self {
             store,
             live,
             metrics,
             auth,
+            routing,
+            peers: forward::Peers::default(),
         }
+    }
+
+    /// Where `key` is served, given the request's forwarding headers.
+    fn route(&self, key: &CacheKey, metadata: &MetadataMap) -> Result<Route, Error> {
+        let forwarded = forward::forwarded_by(metadata);
+        self.routing
+            .route(&key.to_store_bytes(), forwarded.as_ref())
+    }
+
+    fn sender(&self) -> forward::Sender {
+        forward::Sender {
+            member: self.routing.self_id().unwrap_or("-").to_owned(),
+            ring_version: self.routing.version(),
+        }
+    }
+
+    /// Runs `invalidate-prefix` / `clear` on every other member too and adds up their
+    /// `removed` counts. Not done for a request that was itself forwarded.
+    async fn fan_out(&self, action: &Action, metadata: &MetadataMap) -> Result<u64, Error> {
+        if forward::forwarded_by(metadata).is_some() {
+            return Ok(0);
+        }
+        let Some(membership) = self.routing.current() else {
+            return Ok(0);
+        };
+        let sender = self.sender();
+        let peers: Vec<_> = membership
+            .topology()
+            .members
+            .iter()
+            .filter(|member| Some(member.id.as_str()) != self.routing.self_id())
+            .filter_map(|member| membership.peer(&member.id))
+            .collect();
+        let calls = peers
+            .iter()
+            .map(|peer| forward::do_action(&self.peers, peer, &sender, action.clone(), metadata));
+        let mut removed = 0;
+        for answer in futures::future::join_all(calls).await {
+            let body = answer?;
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            removed += value["removed"].as_u64().unwrap_or(0);
+        }
+        Ok(removed)
     }
 
     fn flight_info(&self, key: &CacheKey, entry: &Entry) -> Result<FlightInfo, Error> {
         let ticket = CacheTicket::new(key.clone()).encode();
+        let mut endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket));
+        if let Some(address) = self.routing.self_address() {
+            endpoint = endpoint.with_location(format!("grpc://{address}"));
+        }
         let remaining = entry.expires_at().saturating_sub(self.store.now());
         let metadata = json!({
             "ttlRemainingMs": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
@@ -76,7 +132,7 @@ impl FlightCacheService {
             .try_with_schema(entry.schema())
             .map_err(|e| Error::Encode(e.into()))?
             .with_descriptor(key.to_descriptor())
-            .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+            .with_endpoint(endpoint)
             .with_total_records(i64::try_from(entry.total_rows()).unwrap_or(i64::MAX))
             .with_total_bytes(i64::try_from(entry.weight_bytes()).unwrap_or(i64::MAX))
             .with_ordered(true)
@@ -84,17 +140,12 @@ impl FlightCacheService {
         Ok(info)
     }
 
-    fn lookup_for_info(
-        &self,
-        descriptor: &FlightDescriptor,
-    ) -> Result<(CacheKey, Arc<Entry>), Error> {
-        let key = CacheKey::from_descriptor(descriptor)?;
-        match self.store.peek(&key.to_store_bytes()) {
-            Some(entry) => Ok((key, entry)),
-            None => Err(Error::UnknownKey {
+    fn lookup_for_info(&self, key: &CacheKey) -> Result<Arc<Entry>, Error> {
+        self.store
+            .peek(&key.to_store_bytes())
+            .ok_or_else(|| Error::UnknownKey {
                 key: key.to_string(),
-            }),
-        }
+            })
     }
 }
 
@@ -216,11 +267,28 @@ impl FlightService for FlightCacheService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let timer = self.metrics.rpc("GetFlightInfo");
-        let result = self.auth.check(request.metadata()).and_then(|()| {
-            let (key, entry) = self.lookup_for_info(request.get_ref())?;
-            Ok(Response::new(self.flight_info(&key, &entry)?))
-        });
-        finish(timer, result)
+        let result = async {
+            self.auth.check(request.metadata())?;
+            let key = CacheKey::from_descriptor(request.get_ref())?;
+            match self.route(&key, request.metadata())? {
+                Route::Local => {
+                    let entry = self.lookup_for_info(&key)?;
+                    self.flight_info(&key, &entry)
+                }
+                Route::Forward(peer) => {
+                    forward::get_flight_info(
+                        &self.peers,
+                        &peer,
+                        &self.sender(),
+                        request.get_ref().clone(),
+                        request.metadata(),
+                    )
+                    .await
+                }
+            }
+        }
+        .await;
+        finish(timer, result.map(Response::new))
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "PollFlightInfo"))]
@@ -241,14 +309,30 @@ impl FlightService for FlightCacheService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
         let timer = self.metrics.rpc("GetSchema");
-        let result = self.auth.check(request.metadata()).and_then(|()| {
-            let (_, entry) = self.lookup_for_info(request.get_ref())?;
-            let options = IpcWriteOptions::default();
-            let schema = SchemaAsIpc::new(entry.schema(), &options);
-            let result = SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))?;
-            Ok(Response::new(result))
-        });
-        finish(timer, result)
+        let result = async {
+            self.auth.check(request.metadata())?;
+            let key = CacheKey::from_descriptor(request.get_ref())?;
+            match self.route(&key, request.metadata())? {
+                Route::Local => {
+                    let entry = self.lookup_for_info(&key)?;
+                    let options = IpcWriteOptions::default();
+                    let schema = SchemaAsIpc::new(entry.schema(), &options);
+                    SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))
+                }
+                Route::Forward(peer) => {
+                    forward::get_schema(
+                        &self.peers,
+                        &peer,
+                        &self.sender(),
+                        request.get_ref().clone(),
+                        request.metadata(),
+                    )
+                    .await
+                }
+            }
+        }
+        .await;
+        finish(timer, result.map(Response::new))
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoGet"))]
@@ -257,13 +341,29 @@ impl FlightService for FlightCacheService {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let timer = self.metrics.rpc("DoGet");
-        let looked_up = self.auth.check(request.metadata()).and_then(|()| {
+        let routed = self.auth.check(request.metadata()).and_then(|()| {
             let ticket = CacheTicket::try_decode(&request.get_ref().ticket)?;
-            let store_key = ticket.key.to_store_bytes();
-            self.store.get(&store_key).ok_or_else(|| Error::UnknownKey {
-                key: ticket.key.to_string(),
-            })
+            let route = self.route(&ticket.key, request.metadata())?;
+            Ok((ticket, route))
         });
+        let looked_up = match routed {
+            Ok((ticket, Route::Local)) => {
+                let store_key = ticket.key.to_store_bytes();
+                self.store.get(&store_key).ok_or_else(|| Error::UnknownKey {
+                    key: ticket.key.to_string(),
+                })
+            }
+            Ok((_, Route::Forward(peer))) => {
+                let (metadata, _, ticket) = request.into_parts();
+                let relayed =
+                    forward::do_get(&self.peers, &peer, &self.sender(), ticket, &metadata).await;
+                return match relayed {
+                    Ok(stream) => Ok(Response::new(timed(stream, timer))),
+                    Err(err) => finish(timer, Err(err)),
+                };
+            }
+            Err(err) => Err(err),
+        };
         let entry = match looked_up {
             Ok(entry) => entry,
             Err(err) => return finish(timer, Err(err)),
@@ -286,16 +386,26 @@ impl FlightService for FlightCacheService {
         if let Err(err) = self.auth.check(request.metadata()) {
             return finish(timer, Err(err));
         }
-        let result = put::ingest(&self.store, request.into_inner())
-            .await
-            .map(|summary| {
-                let metadata = serde_json::to_vec(&summary).unwrap_or_default();
-                let reply = PutResult {
-                    app_metadata: Bytes::from(metadata),
-                };
-                Response::new(futures::stream::iter([Ok(reply)]).boxed())
-            });
-        finish(timer, result)
+        let (metadata, _, mut input) = request.into_parts();
+        let result = async {
+            let (first, key) = put::read_first(&mut input).await?;
+            match self.route(&key, &metadata)? {
+                Route::Local => {
+                    let summary = put::ingest(&self.store, key, first, input).await?;
+                    let metadata = serde_json::to_vec(&summary).unwrap_or_default();
+                    let reply = PutResult {
+                        app_metadata: Bytes::from(metadata),
+                    };
+                    Ok(futures::stream::iter([Ok(reply)]).boxed())
+                }
+                Route::Forward(peer) => {
+                    forward::do_put(&self.peers, &peer, &self.sender(), first, input, &metadata)
+                        .await
+                }
+            }
+        }
+        .await;
+        finish(timer, result.map(Response::new))
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoExchange"))]
@@ -313,14 +423,50 @@ impl FlightService for FlightCacheService {
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
         let timer = self.metrics.rpc("DoAction");
-        let result = self.auth.check(request.metadata()).and_then(|()| {
-            let action = request.get_ref();
+        let result = async {
+            self.auth.check(request.metadata())?;
+            let (action, metadata) = (request.get_ref(), request.metadata());
             let kind = actions::NodeAction::parse(&action.r#type)?;
-            let body = actions::run(kind, &action.body, &self.store, &self.live)?;
+            let body = match kind {
+                actions::NodeAction::Invalidate => {
+                    let key = actions::invalidate_key(&action.body)?;
+                    match self.route(&key, metadata)? {
+                        Route::Local => actions::run(
+                            kind,
+                            &action.body,
+                            &self.store,
+                            &self.live,
+                            &self.routing,
+                        )?,
+                        Route::Forward(peer) => {
+                            let sender = self.sender();
+                            forward::do_action(
+                                &self.peers,
+                                &peer,
+                                &sender,
+                                action.clone(),
+                                metadata,
+                            )
+                            .await?
+                        }
+                    }
+                }
+                actions::NodeAction::InvalidatePrefix | actions::NodeAction::Clear => {
+                    let local =
+                        actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?;
+                    let local: serde_json::Value =
+                        serde_json::from_slice(&local).unwrap_or_default();
+                    let here = local["removed"].as_u64().unwrap_or(0);
+                    let elsewhere = self.fan_out(action, metadata).await?;
+                    Bytes::from(json!({ "removed": here + elsewhere }).to_string())
+                }
+                _ => actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?,
+            };
             let reply = arrow_flight::Result { body };
-            Ok(Response::new(futures::stream::iter([Ok(reply)]).boxed()))
-        });
-        finish(timer, result)
+            Ok(futures::stream::iter([Ok(reply)]).boxed())
+        }
+        .await;
+        finish(timer, result.map(Response::new))
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "ListActions"))]

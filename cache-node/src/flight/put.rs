@@ -75,13 +75,12 @@ fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
     Ok(Some(ttl))
 }
 
-/// Reads a whole DoPut stream into the store.
+/// Reads the first message of a DoPut stream and the key its descriptor names (the
+/// key decides which node stores the entry).
 ///
 /// # Errors
-/// Bad descriptor, options or IPC stream (INVALID_ARGUMENT), a schema change
-/// mid-stream, an oversized entry or no room (RESOURCE_EXHAUSTED), or an invalidation
-/// that raced the put (ABORTED). In every error case nothing is stored.
-pub async fn ingest(store: &Store, mut input: Streaming<FlightData>) -> Result<PutSummary> {
+/// INVALID_ARGUMENT for an empty stream or a missing or bad descriptor.
+pub async fn read_first(input: &mut Streaming<FlightData>) -> Result<(FlightData, CacheKey)> {
     let first = input
         .message()
         .await
@@ -97,6 +96,21 @@ pub async fn ingest(store: &Store, mut input: Streaming<FlightData>) -> Result<P
         )
     })?;
     let key = CacheKey::from_descriptor(&descriptor)?;
+    Ok((first, key))
+}
+
+/// Reads the rest of a DoPut stream (after [`read_first`]) into the store.
+///
+/// # Errors
+/// Bad descriptor, options or IPC stream (INVALID_ARGUMENT), a schema change
+/// mid-stream, an oversized entry or no room (RESOURCE_EXHAUSTED), or an invalidation
+/// that raced the put (ABORTED). In every error case nothing is stored.
+pub async fn ingest(
+    store: &Store,
+    key: CacheKey,
+    first: FlightData,
+    input: Streaming<FlightData>,
+) -> Result<PutSummary> {
     let mut ttl_override = None;
     let mut options_seen = !first.app_metadata.is_empty();
     if options_seen {

@@ -1,5 +1,9 @@
-//! Routing across the members of a pool: which node owns a key.
+//! Routing across the members of a pool: which node owns a key and how a node learns
+//! the ring.
 //!
 //! - [`ring`]: pure rendezvous hashing over stable member ids, member states, versions.
+//! - [`members`]: the topology document (members, addresses, states, version) arriving
+//!   at the edge, and the node's current routing table that never goes back in version.
 
+pub mod members;
 pub mod ring;

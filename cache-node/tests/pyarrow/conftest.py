@@ -30,9 +30,14 @@ def node_binary() -> str:
     return str(Path(target) / "debug" / "flightcache-node")
 
 
+def free_port() -> int:
+    """A free loopback port (for tests that must know a node's port before it starts)."""
+    return _free_port()
+
+
 class Node:
-    def __init__(self, *flags: str):
-        self.port = _free_port()
+    def __init__(self, *flags: str, port: int | None = None):
+        self.port = port or _free_port()
         self.metrics_port = _free_port()
         self.location = f"grpc://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(

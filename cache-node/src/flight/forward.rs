@@ -1,0 +1,281 @@
+//! Forwarding a request to the ring member that owns its key.
+//!
+//! A node that does not own a key passes the request on to the owner and streams the
+//! answer back: DoGet's FlightData messages and DoPut's upload are relayed message by
+//! message (never buffered whole, never decoded), GetFlightInfo, GetSchema and
+//! `invalidate` are relayed as single messages. One pooled tonic `Channel` per peer
+//! address, connected lazily (HTTP/2 multiplexes every concurrent call over it), with a
+//! connect timeout and a per-call deadline for the owner's first answer.
+//!
+//! Forwarded requests carry `x-flightcache-forwarded: <sender member id>` and
+//! `x-flightcache-ring-version: <sender's ring version>`; a node never forwards such a
+//! request again (see `routing::members::decide`). The caller's `authorization` header is
+//! passed on, so auth works unchanged. When the owner cannot be reached the caller gets
+//! UNAVAILABLE naming it: `owner analytics-hot-2 (10.244.0.7:50051) is unreachable: …`.
+//! Any answer from the owner itself (NOT_FOUND, RESOURCE_EXHAUSTED, …) is passed on as is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{
+    Action, FlightData, FlightDescriptor, FlightInfo, PutResult, SchemaResult, Ticket,
+};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status, Streaming};
+
+use crate::error::{Error, Result};
+use crate::flight::FlightStream;
+use crate::routing::members::{ForwardedBy, Peer};
+
+/// Header naming the member that forwarded a request.
+pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
+/// Header carrying the ring version the forwarding member routed by.
+pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
+/// How long connecting to a peer may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a peer may take to start answering a forwarded call.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The pooled channels to peers, one per address.
+#[derive(Debug, Clone, Default)]
+pub struct Peers {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Peers {
+    fn client(&self, peer: &Peer) -> Result<FlightServiceClient<Channel>> {
+        let channel = {
+            let mut channels = self.channels.lock();
+            match channels.get(&peer.address) {
+                Some(channel) => channel.clone(),
+                None => {
+                    let endpoint = Endpoint::from_shared(format!("http://{}", peer.address))
+                        .map_err(|err| unreachable(peer, &err.to_string()))?
+                        .connect_timeout(CONNECT_TIMEOUT)
+                        .timeout(CALL_TIMEOUT)
+                        .tcp_nodelay(true)
+                        .initial_stream_window_size(4 << 20)
+                        .initial_connection_window_size(8 << 20);
+                    let channel = endpoint.connect_lazy();
+                    channels.insert(peer.address.clone(), channel.clone());
+                    channel
+                }
+            }
+        };
+        Ok(FlightServiceClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
+    }
+}
+
+/// Who forwarded this request, if anyone.
+pub fn forwarded_by(metadata: &MetadataMap) -> Option<ForwardedBy> {
+    let member = metadata.get(FORWARDED_HEADER)?.to_str().ok()?.to_owned();
+    let ring_version = metadata
+        .get(RING_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Some(ForwardedBy {
+        member,
+        ring_version,
+    })
+}
+
+/// The sender of forwarded requests: this node's id and ring version.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    /// This node's member id (`-` when it is not a member, e.g. a pure router).
+    pub member: String,
+    /// The ring version it routed by.
+    pub ring_version: u64,
+}
+
+fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T> {
+    let mut request = Request::new(message);
+    let metadata = request.metadata_mut();
+    if let Some(auth) = incoming.get("authorization") {
+        metadata.insert("authorization", auth.clone());
+    }
+    if let Ok(member) = MetadataValue::try_from(sender.member.as_str()) {
+        metadata.insert(FORWARDED_HEADER, member);
+    }
+    metadata.insert(
+        RING_VERSION_HEADER,
+        MetadataValue::from(sender.ring_version),
+    );
+    request
+}
+
+fn unreachable(peer: &Peer, reason: &str) -> Error {
+    Error::OwnerUnreachable {
+        owner: peer.id.clone(),
+        address: peer.address.clone(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Classifies a failed forwarded call: a status the owner sent is passed on; one made up
+/// on this side (connect failure, deadline, broken connection: no response metadata)
+/// means the owner is unreachable.
+fn owner_error(peer: &Peer) -> impl Fn(Status) -> Error + '_ {
+    move |status| {
+        if status.metadata().is_empty() {
+            tracing::debug!(owner = %peer.id, address = %peer.address, %status, "owner unreachable");
+            unreachable(peer, status.message())
+        } else {
+            Error::Forwarded(status)
+        }
+    }
+}
+
+/// Relays a DoGet to `peer`, streaming its FlightData back message by message.
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`] or the owner's status.
+pub async fn do_get(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    ticket: Ticket,
+    incoming: &MetadataMap,
+) -> Result<FlightStream<FlightData>> {
+    let mut client = peers.client(peer)?;
+    let response = client
+        .do_get(outgoing(ticket, incoming, sender))
+        .await
+        .map_err(owner_error(peer))?;
+    let peer = peer.clone();
+    let stream = response
+        .into_inner()
+        .map_err(move |status| Status::from(owner_error(&peer)(status)));
+    Ok(stream.boxed())
+}
+
+/// Relays a DoPut to `peer`: `first` (already read to find the key) and then the rest of
+/// the client's stream, message by message. A client stream that fails cancels the
+/// forwarded call, so the owner stores nothing.
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`], [`Error::BadPutStream`] when the client stream fails, or
+/// the owner's status.
+pub async fn do_put(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    first: FlightData,
+    rest: Streaming<FlightData>,
+    incoming: &MetadataMap,
+) -> Result<FlightStream<PutResult>> {
+    let mut client = peers.client(peer)?;
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Status>();
+    // A small bounded channel relays the upload with backpressure. On a client error the
+    // reader reports it and keeps the channel open: ending the upload would let the owner
+    // commit a partial entry; the select below cancels the call instead.
+    let (tx, rx) = tokio::sync::mpsc::channel::<FlightData>(4);
+    tokio::spawn(relay_upload(first, rest, tx, failed_tx));
+    let upload = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let call = client.do_put(outgoing(upload, incoming, sender));
+    let response = tokio::select! {
+        response = call => response.map_err(owner_error(peer))?,
+        Ok(status) = failed_rx => {
+            return Err(Error::BadPutStream(format!("the client stream failed: {}", status.message())));
+        }
+    };
+    let peer = peer.clone();
+    let stream = response
+        .into_inner()
+        .map_err(move |status| Status::from(owner_error(&peer)(status)));
+    Ok(stream.boxed())
+}
+
+/// Relays a GetFlightInfo to `peer`; the owner's answer carries its own location.
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`] or the owner's status.
+pub async fn get_flight_info(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    descriptor: FlightDescriptor,
+    incoming: &MetadataMap,
+) -> Result<FlightInfo> {
+    let mut client = peers.client(peer)?;
+    let response = client
+        .get_flight_info(outgoing(descriptor, incoming, sender))
+        .await
+        .map_err(owner_error(peer))?;
+    Ok(response.into_inner())
+}
+
+/// Relays a GetSchema to `peer`.
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`] or the owner's status.
+pub async fn get_schema(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    descriptor: FlightDescriptor,
+    incoming: &MetadataMap,
+) -> Result<SchemaResult> {
+    let mut client = peers.client(peer)?;
+    let response = client
+        .get_schema(outgoing(descriptor, incoming, sender))
+        .await
+        .map_err(owner_error(peer))?;
+    Ok(response.into_inner())
+}
+
+/// Relays an action to `peer` and returns the body of its first result.
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`] or the owner's status.
+pub async fn do_action(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    action: Action,
+    incoming: &MetadataMap,
+) -> Result<Bytes> {
+    let mut client = peers.client(peer)?;
+    let response = client
+        .do_action(outgoing(action, incoming, sender))
+        .await
+        .map_err(owner_error(peer))?;
+    let mut results = response.into_inner();
+    let first = results.message().await.map_err(owner_error(peer))?;
+    Ok(first.map(|result| result.body).unwrap_or_default())
+}
+
+async fn relay_upload(
+    first: FlightData,
+    mut rest: Streaming<FlightData>,
+    tx: tokio::sync::mpsc::Sender<FlightData>,
+    failed: tokio::sync::oneshot::Sender<Status>,
+) {
+    if tx.send(first).await.is_err() {
+        return;
+    }
+    loop {
+        match rest.message().await {
+            Ok(Some(message)) => {
+                if tx.send(message).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(status) => {
+                let _ = failed.send(status);
+                tx.closed().await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! The topology a node routes by: the published ring (members, addresses, states,
+//! version) turned into a [`Ring`], and the node's current [`RoutingTable`].
+//!
+//! The topology arrives at the edge: the `topology` field of the config file (the
+//! operator's ConfigMap, so a restarted node starts with it), the `configure` action, or a
+//! static `--topology FILE` in local mode. The table never goes back to an older ring
+//! version: an older document is refused, the same version is accepted only unchanged.
+//! Without a topology the node owns every key (one node, as before routing existed).
+//! No I/O; the table is shared behind a lock that is never held across an `.await`.
+
+use std::sync::Arc;
+
+use crds::node_config::{self, Topology};
+use parking_lot::RwLock;
+
+use crate::error::{Error, Result};
+use crate::routing::ring::{MemberId, MemberState, Ring, RingMember};
+
+/// A ring member a request can be forwarded to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The member id (pod name).
+    pub id: MemberId,
+    /// Its Flight address, `host:port`.
+    pub address: String,
+}
+
+/// Where a request for a key is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// This node owns the key (or there is no topology).
+    Local,
+    /// Another member owns it: forward there.
+    Forward(Peer),
+}
+
+/// A validated topology: the ring plus each member's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    ring: Ring,
+    topology: Topology,
+}
+
+impl Membership {
+    /// Builds the ring of a validated topology.
+    ///
+    /// # Errors
+    /// [`Error::TopologyRejected`] when the document is inconsistent.
+    pub fn new(topology: Topology) -> Result<Self> {
+        topology
+            .validate()
+            .map_err(|err| Error::TopologyRejected(err.to_string()))?;
+        let members = topology
+            .members
+            .iter()
+            .map(|member| RingMember::new(member.id.clone(), ring_state(member.state)))
+            .collect();
+        Ok(Self {
+            ring: Ring::new(topology.version, members),
+            topology,
+        })
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The document it was built from.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The member with `id`, with its address.
+    pub fn peer(&self, id: &str) -> Option<Peer> {
+        self.topology
+            .members
+            .iter()
+            .find(|member| member.id == id)
+            .map(|member| Peer {
+                id: member.id.clone(),
+                address: member.address.clone(),
+            })
+    }
+}
+
+fn ring_state(state: node_config::MemberState) -> MemberState {
+    match state {
+        node_config::MemberState::Active => MemberState::Active,
+        node_config::MemberState::Joining => MemberState::Joining,
+        node_config::MemberState::Draining => MemberState::Draining,
+    }
+}
+
+/// Who sent a forwarded request, read from its headers (see `flight::forward`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedBy {
+    /// The forwarding member's id.
+    pub member: String,
+    /// The ring version it routed by.
+    pub ring_version: u64,
+}
+
+/// Decides where a key is served. Pure.
+///
+/// A request that was already forwarded is never forwarded again: it is served here when
+/// this node owns the key, or when the sender routed by a newer ring than ours (we are
+/// behind and the sender knows better); otherwise the rings disagree and the request is
+/// refused with UNAVAILABLE so the sender retries once the rings agree.
+///
+/// # Errors
+/// [`Error::NoOwner`] when no member is active, [`Error::RingDisagreement`] as above.
+pub fn decide(
+    membership: Option<&Membership>,
+    self_id: Option<&str>,
+    key: &[u8],
+    forwarded: Option<&ForwardedBy>,
+) -> Result<Route> {
+    let Some(membership) = membership else {
+        return Ok(Route::Local);
+    };
+    let version = membership.ring.version();
+    let owner = membership
+        .ring
+        .owner(key)
+        .ok_or(Error::NoOwner { version })?;
+    if Some(owner.as_str()) == self_id {
+        return Ok(Route::Local);
+    }
+    if let Some(by) = forwarded {
+        if by.ring_version > version {
+            return Ok(Route::Local);
+        }
+        return Err(Error::RingDisagreement {
+            from: by.member.clone(),
+            from_version: by.ring_version,
+            owner: owner.clone(),
+            version,
+        });
+    }
+    let peer = membership.peer(owner).ok_or(Error::NoOwner { version })?;
+    Ok(Route::Forward(peer))
+}
+
+/// What installing a topology did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installed {
+    /// A newer version now routes.
+    Applied {
+        /// The version now running.
+        version: u64,
+    },
+    /// The same version was already running.
+    Unchanged {
+        /// The version running.
+        version: u64,
+    },
+}
+
+/// The node's identity and current ring; shared by every request.
+#[derive(Debug)]
+pub struct RoutingTable {
+    self_id: Option<MemberId>,
+    current: RwLock<Option<Arc<Membership>>>,
+}
+
+impl RoutingTable {
+    /// A table for member `self_id` starting with `initial` (or no topology).
+    ///
+    /// # Errors
+    /// [`Error::TopologyRejected`] for an inconsistent topology.
+    pub fn new(self_id: Option<MemberId>, initial: Option<Topology>) -> Result<Self> {
+        let current = initial.map(Membership::new).transpose()?.map(Arc::new);
+        Ok(Self {
+            self_id,
+            current: RwLock::new(current),
+        })
+    }
+
+    /// This node's member id, if it has one.
+    pub fn self_id(&self) -> Option<&str> {
+        self.self_id.as_deref()
+    }
+
+    /// The membership routing now, if any.
+    pub fn current(&self) -> Option<Arc<Membership>> {
+        self.current.read().clone()
+    }
+
+    /// The ring version routing now (0 without a topology).
+    pub fn version(&self) -> u64 {
+        self.current
+            .read()
+            .as_ref()
+            .map_or(0, |membership| membership.ring.version())
+    }
+
+    /// Where `key` (store bytes) is served.
+    ///
+    /// # Errors
+    /// See [`decide`].
+    pub fn route(&self, key: &[u8], forwarded: Option<&ForwardedBy>) -> Result<Route> {
+        let current = self.current();
+        decide(current.as_deref(), self.self_id(), key, forwarded)
+    }
+
+    /// This node's own address in the topology (for GetFlightInfo locations).
+    pub fn self_address(&self) -> Option<String> {
+        let current = self.current()?;
+        current.peer(self.self_id()?).map(|peer| peer.address)
+    }
+
+    /// Checks that `topology` could be installed now, without installing it.
+    ///
+    /// # Errors
+    /// As [`RoutingTable::install`].
+    pub fn check(&self, topology: &Topology) -> Result<Membership> {
+        let next = Membership::new(topology.clone())?;
+        if let Some(current) = self.current.read().as_ref() {
+            ensure_not_older(current, &next)?;
+        }
+        Ok(next)
+    }
+
+    /// Installs `topology` unless it is older than the running one.
+    ///
+    /// # Errors
+    /// [`Error::TopologyRejected`] for an inconsistent document, [`Error::StaleTopology`]
+    /// for an older version or the running version with different members.
+    pub fn install(&self, topology: &Topology) -> Result<Installed> {
+        let next = Membership::new(topology.clone())?;
+        let version = next.ring.version();
+        let mut current = self.current.write();
+        if let Some(running) = current.as_ref() {
+            ensure_not_older(running, &next)?;
+            if running.ring.version() == version {
+                return Ok(Installed::Unchanged { version });
+            }
+        }
+        let owns = self
+            .self_id()
+            .and_then(|id| next.ring.member(id))
+            .map(|member| member.state());
+        tracing::info!(
+            version,
+            members = next.ring.members().len(),
+            self_state = ?owns,
+            "installed ring topology"
+        );
+        *current = Some(Arc::new(next));
+        Ok(Installed::Applied { version })
+    }
+}
+
+fn ensure_not_older(running: &Membership, next: &Membership) -> Result<()> {
+    let (have, want) = (running.ring.version(), next.ring.version());
+    if want < have || (want == have && running.topology != next.topology) {
+        return Err(Error::StaleTopology {
+            requested: want,
+            running: have,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crds::node_config::TopologyMember;
+
+    use super::*;
+
+    fn topology(version: u64, states: &[(&str, node_config::MemberState)]) -> Topology {
+        Topology {
+            version,
+            members: states
+                .iter()
+                .enumerate()
+                .map(|(i, (id, state))| TopologyMember {
+                    id: (*id).to_owned(),
+                    address: format!("127.0.0.1:{}", 50051 + i),
+                    state: *state,
+                })
+                .collect(),
+        }
+    }
+
+    fn three(version: u64) -> Topology {
+        use node_config::MemberState::Active;
+        topology(
+            version,
+            &[("n-0", Active), ("n-1", Active), ("n-2", Active)],
+        )
+    }
+
+    /// A key owned by `owner` in `membership`.
+    fn key_owned_by(membership: &Membership, owner: &str) -> Vec<u8> {
+        (0..)
+            .map(|i| format!("Pk{i}").into_bytes())
+            .find(|key| membership.ring().owner(key).map(String::as_str) == Some(owner))
+            .unwrap()
+    }
+
+    #[test]
+    fn without_a_topology_everything_is_local() {
+        assert_eq!(decide(None, None, b"Pa", None).unwrap(), Route::Local);
+        let table = RoutingTable::new(Some("n-0".into()), None).unwrap();
+        assert_eq!(table.route(b"Pa", None).unwrap(), Route::Local);
+        assert_eq!(table.version(), 0);
+    }
+
+    #[test]
+    fn keys_of_other_members_are_forwarded_to_their_address() {
+        let membership = Membership::new(three(1)).unwrap();
+        let mine = key_owned_by(&membership, "n-0");
+        let theirs = key_owned_by(&membership, "n-2");
+        let route = |key: &[u8]| decide(Some(&membership), Some("n-0"), key, None).unwrap();
+        assert_eq!(route(&mine), Route::Local);
+        assert_eq!(
+            route(&theirs),
+            Route::Forward(Peer {
+                id: "n-2".into(),
+                address: "127.0.0.1:50053".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_forwarded_request_is_never_forwarded_again() {
+        let membership = Membership::new(three(3)).unwrap();
+        let theirs = key_owned_by(&membership, "n-2");
+        let by = |ring_version| ForwardedBy {
+            member: "n-1".into(),
+            ring_version,
+        };
+        let err = decide(Some(&membership), Some("n-0"), &theirs, Some(&by(3))).unwrap_err();
+        assert!(matches!(err, Error::RingDisagreement { .. }), "{err}");
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        assert!(err.to_string().contains("n-2"), "{err}");
+        // The sender has a newer ring: trust it and serve here.
+        assert_eq!(
+            decide(Some(&membership), Some("n-0"), &theirs, Some(&by(4))).unwrap(),
+            Route::Local
+        );
+    }
+
+    #[test]
+    fn a_ring_without_active_members_answers_unavailable() {
+        use node_config::MemberState::Joining;
+        let membership = Membership::new(topology(1, &[("n-0", Joining)])).unwrap();
+        let err = decide(Some(&membership), Some("n-0"), b"Pa", None).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn versions_only_move_forward() {
+        let table = RoutingTable::new(Some("n-0".into()), Some(three(2))).unwrap();
+        assert_eq!(
+            table.install(&three(2)).unwrap(),
+            Installed::Unchanged { version: 2 }
+        );
+        let err = table.install(&three(1)).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::StaleTopology {
+                requested: 1,
+                running: 2
+            }
+        ));
+        let mut changed = three(2);
+        changed.members.pop();
+        assert!(matches!(
+            table.install(&changed).unwrap_err(),
+            Error::StaleTopology { .. }
+        ));
+        assert_eq!(
+            table.install(&three(5)).unwrap(),
+            Installed::Applied { version: 5 }
+        );
+        assert_eq!(table.version(), 5);
+        assert_eq!(table.self_address().as_deref(), Some("127.0.0.1:50051"));
+    }
+}

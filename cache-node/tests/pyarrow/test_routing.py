@@ -1,0 +1,90 @@
+"""Three node processes sharing a static topology: any node serves any key, plain pyarrow."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from conftest import Node, free_port
+
+
+def table(rows: int, seed: int) -> pa.Table:
+    return pa.table({
+        "id": pa.array(range(seed, seed + rows), pa.int64()),
+        "amount": pa.array([i * 0.5 for i in range(rows)], pa.float64()),
+        "region": pa.array([f"r{i % 11}" for i in range(rows)], pa.utf8()),
+    })
+
+
+def put(client, key, data):
+    writer, reader = client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), data.schema)
+    writer.write_table(data)
+    writer.done_writing()
+    reader.read()
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    ports = [free_port() for _ in range(3)]
+    topology = {
+        "version": 1,
+        "members": [{"id": f"local-{i}", "address": f"127.0.0.1:{port}"} for i, port in enumerate(ports)],
+    }
+    path = tmp_path_factory.mktemp("cluster") / "topology.json"
+    path.write_text(json.dumps(topology))
+    nodes = []
+    try:
+        for i, port in enumerate(ports):
+            nodes.append(Node("--member-id", f"local-{i}", "--topology", str(path), port=port))
+        yield nodes
+    finally:
+        for node in nodes:
+            if node.proc.poll() is None:
+                node.stop()
+
+
+def test_put_through_node_0_and_get_through_node_2_across_processes(cluster):
+    via0 = flight.connect(cluster[0].location)
+    via1 = flight.connect(cluster[1].location)
+    via2 = flight.connect(cluster[2].location)
+    owners = set()
+    for i in range(24):
+        key = f"reports/{i}"
+        data = table(2000 + i, i)
+        put(via0, key, data)
+        got = via2.do_get(flight.Ticket(b"FCT\x01P" + key.encode())).read_all()
+        assert got.equals(data)
+        # GetFlightInfo through any node names the owner's location.
+        info = via1.get_flight_info(flight.FlightDescriptor.for_path(*key.split("/")))
+        owners.add(info.endpoints[0].locations[0].uri.decode())
+        assert info.total_records == 2000 + i
+    assert owners == {node.location for node in cluster}
+    # Each entry is stored once, on its owner.
+    total = 0
+    for node in cluster:
+        client = flight.connect(node.location)
+        stats = json.loads(list(client.do_action(flight.Action("stats", b"")))[0].body.to_pybytes())
+        assert stats["ringVersion"] == 1
+        assert 0 < stats["entries"] < 24
+        total += stats["entries"]
+    assert total == 24
+
+
+def test_a_stopped_owner_is_named_and_other_keys_are_served(cluster):
+    via0 = flight.connect(cluster[0].location)
+    keys_by_owner = {}
+    for i in range(60):
+        key = f"dash/{i}"
+        info_owner = None
+        put(via0, key, table(10, i))
+        info = via0.get_flight_info(flight.FlightDescriptor.for_path(*key.split("/")))
+        info_owner = info.endpoints[0].locations[0].uri.decode()
+        keys_by_owner.setdefault(info_owner, []).append(key)
+    cluster[1].stop()
+    lost = keys_by_owner[cluster[1].location][0]
+    with pytest.raises(flight.FlightUnavailableError, match=r"owner local-1 \(127\.0\.0\.1:\d+\) is unreachable"):
+        via0.do_get(flight.Ticket(b"FCT\x01P" + lost.encode())).read_all()
+    kept = keys_by_owner[cluster[2].location][0]
+    assert via0.do_get(flight.Ticket(b"FCT\x01P" + kept.encode())).read_all().num_rows == 10

@@ -1,0 +1,331 @@
+//! Component tests of routing: three in-process nodes on 127.0.0.1:0 sharing a topology
+//! (sent with the `configure` action once their ports are known).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{FlightClient, FlightData, Ticket};
+use cache_node::routing::ring::{MemberState, Ring, RingMember};
+use cache_node::server::RunningNode;
+use common::*;
+use futures::TryStreamExt;
+use serde_json::json;
+use tonic::Code;
+
+struct Cluster {
+    nodes: Vec<Option<RunningNode>>,
+    addresses: Vec<String>,
+}
+
+impl Cluster {
+    async fn start(n: usize) -> Self {
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let id = format!("n-{i}");
+            nodes.push(Some(start_node(&["--member-id", &id]).await));
+        }
+        let addresses = nodes
+            .iter()
+            .map(|node| node.as_ref().unwrap().flight_addr.to_string())
+            .collect();
+        let cluster = Self { nodes, addresses };
+        cluster.publish(1, &[]).await;
+        cluster
+    }
+
+    fn topology(&self, version: u64, draining: &[usize]) -> serde_json::Value {
+        let members: Vec<_> = self
+            .addresses
+            .iter()
+            .enumerate()
+            .map(|(i, address)| {
+                let state = if draining.contains(&i) {
+                    "draining"
+                } else {
+                    "active"
+                };
+                json!({"id": format!("n-{i}"), "address": address, "state": state})
+            })
+            .collect();
+        json!({"version": version, "members": members})
+    }
+
+    /// The ring the nodes route by, for picking keys by owner.
+    fn ring(&self, draining: &[usize]) -> Ring {
+        Ring::new(
+            1,
+            (0..self.addresses.len())
+                .map(|i| {
+                    let state = if draining.contains(&i) {
+                        MemberState::Draining
+                    } else {
+                        MemberState::Active
+                    };
+                    RingMember::new(format!("n-{i}"), state)
+                })
+                .collect(),
+        )
+    }
+
+    async fn publish(&self, version: u64, draining: &[usize]) {
+        let body = json!({"topology": self.topology(version, draining)}).to_string();
+        for node in self.nodes.iter().flatten() {
+            let answer = action(&mut client(node).await, "configure", body.as_bytes())
+                .await
+                .unwrap();
+            let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(answer["ringVersion"], version);
+        }
+    }
+
+    async fn client(&self, i: usize) -> FlightClient {
+        client(self.nodes[i].as_ref().unwrap()).await
+    }
+
+    fn node(&self, i: usize) -> &RunningNode {
+        self.nodes[i].as_ref().unwrap()
+    }
+
+    async fn stop(&mut self, i: usize) {
+        self.nodes[i].take().unwrap().shutdown().await.unwrap();
+    }
+
+    async fn shutdown(mut self) {
+        for node in self.nodes.iter_mut().filter_map(Option::take) {
+            node.shutdown().await.unwrap();
+        }
+    }
+}
+
+/// Path keys `prefix/0..` whose owner under `ring` is `owner`.
+fn keys_owned_by(ring: &Ring, owner: &str, prefix: &str, count: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}/{i}"))
+        .filter(|key| ring.owner(format!("P{key}").as_bytes()).unwrap() == owner)
+        .take(count)
+        .collect()
+}
+
+async fn raw_get(node: &RunningNode, key: &str) -> Vec<FlightData> {
+    let mut raw = FlightServiceClient::new(channel(node).await);
+    raw.do_get(path_ticket(key))
+        .await
+        .unwrap()
+        .into_inner()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn put_through_one_node_and_get_through_another_is_byte_identical() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let (mut via0, mut via1, mut via2) = (
+        cluster.client(0).await,
+        cluster.client(1).await,
+        cluster.client(2).await,
+    );
+    for owner in 0..3 {
+        for key in keys_owned_by(&ring, &format!("n-{owner}"), "reports", 3) {
+            let batches = vec![sample_batch(5000, owner as i64), sample_batch(17, 3)];
+            put(&mut via0, path(&key), batches.clone(), None)
+                .await
+                .unwrap();
+            assert_eq!(
+                get(&mut via2, path_ticket(&key)).await.unwrap(),
+                batches,
+                "{key}"
+            );
+            // The relayed messages are the owner's messages, byte for byte.
+            let direct = raw_get(cluster.node(owner), &key).await;
+            let relayed = raw_get(cluster.node(2), &key).await;
+            assert_eq!(direct, relayed, "{key}");
+
+            let info = via1.get_flight_info(path(&key)).await.unwrap();
+            assert_eq!(info.total_records, 5017);
+            assert_eq!(
+                info.endpoint[0].location[0].uri,
+                format!("grpc://{}", cluster.addresses[owner])
+            );
+            let schema = via1.get_schema(path(&key)).await.unwrap();
+            assert_eq!(schema, *batches[0].schema());
+        }
+    }
+    // Each entry is held by its owner only.
+    for i in 0..3 {
+        assert_eq!(cluster.node(i).store.stats().entries, 3, "node {i}");
+    }
+    // invalidate goes to the owner; invalidate-prefix and clear reach every member.
+    let key = &keys_owned_by(&ring, "n-1", "reports", 1)[0];
+    let removed = action(&mut via2, "invalidate", key.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(&removed[..], br#"{"removed":true}"#);
+    let err = get(&mut via0, path_ticket(key)).await.unwrap_err();
+    assert_eq!(status(err).code(), Code::NotFound);
+    let removed = action(&mut via0, "invalidate-prefix", b"reports/")
+        .await
+        .unwrap();
+    assert_eq!(&removed[..], br#"{"removed":8}"#);
+    for i in 0..3 {
+        assert_eq!(cluster.node(i).store.stats().entries, 0, "node {i}");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_owner_is_named_while_other_keys_are_served() {
+    let mut cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let on1 = keys_owned_by(&ring, "n-1", "dash", 1).remove(0);
+    let on2 = keys_owned_by(&ring, "n-2", "dash", 1).remove(0);
+    let mut via0 = cluster.client(0).await;
+    let batch = sample_batch(100, 0);
+    put(&mut via0, path(&on2), vec![batch.clone()], None)
+        .await
+        .unwrap();
+    cluster.stop(1).await;
+
+    let err = get(&mut via0, path_ticket(&on1)).await.unwrap_err();
+    let status = status(err);
+    assert_eq!(status.code(), Code::Unavailable);
+    let expected = format!("owner n-1 ({}) is unreachable", cluster.addresses[1]);
+    assert!(status.message().contains(&expected), "{}", status.message());
+    let err = put(&mut via0, path(&on1), vec![batch.clone()], None)
+        .await
+        .unwrap_err();
+    assert_eq!(common::status(err).code(), Code::Unavailable);
+
+    assert_eq!(
+        get(&mut via0, path_ticket(&on2)).await.unwrap(),
+        vec![batch]
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forwarded_request_is_not_forwarded_again() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let on2 = keys_owned_by(&ring, "n-2", "loop", 1).remove(0);
+    let mut raw = FlightServiceClient::new(channel(cluster.node(0)).await);
+    let mut request = tonic::Request::new(path_ticket(&on2));
+    request
+        .metadata_mut()
+        .insert("x-flightcache-forwarded", "n-1".parse().unwrap());
+    request
+        .metadata_mut()
+        .insert("x-flightcache-ring-version", "1".parse().unwrap());
+    let status = raw.do_get(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert!(
+        status.message().contains("ring disagreement"),
+        "{}",
+        status.message()
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_ring_version_moves_keys_while_traffic_runs() {
+    let cluster = Cluster::start(3).await;
+    let before = cluster.ring(&[]);
+    let after = cluster.ring(&[2]);
+    let mut traffic_client = cluster.client(0).await;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    // Put and read back distinct keys through node 0 until told to stop.
+    let traffic = tokio::spawn(async move {
+        let (mut ok, mut transient) = (0usize, 0usize);
+        for i in 0.. {
+            if *stop_rx.borrow_and_update() {
+                break;
+            }
+            let key = format!("live/{i}");
+            let batch = sample_batch(50, i);
+            let result = match put(&mut traffic_client, path(&key), vec![batch.clone()], None).await
+            {
+                Ok(_) => get(&mut traffic_client, path_ticket(&key)).await,
+                Err(err) => Err(err),
+            };
+            match result {
+                Ok(got) => {
+                    assert_eq!(got, vec![batch]);
+                    ok += 1;
+                }
+                Err(err) => {
+                    // While nodes hold different ring versions a forwarded call can meet a
+                    // node whose ring disagrees (UNAVAILABLE, retryable), and an entry put
+                    // at the old owner just before the switch is a miss at the new one.
+                    let status = status(err);
+                    let ring_change = status.code() == Code::Unavailable
+                        && status.message().contains("ring disagreement");
+                    assert!(ring_change || status.code() == Code::NotFound, "{status}");
+                    transient += 1;
+                }
+            }
+        }
+        (ok, transient)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.publish(2, &[2]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop_tx.send(true).unwrap();
+    let (ok, _transient) = traffic.await.unwrap();
+    assert!(ok > 10, "{ok} round trips");
+
+    // Keys n-2 owned now live on their second choice; n-2 receives no new entries.
+    let moved = keys_owned_by(&before, "n-2", "moved", 4);
+    let entries_on_2 = cluster.node(2).store.stats().entries;
+    let mut via1 = cluster.client(1).await;
+    let mut via2 = cluster.client(2).await;
+    for key in &moved {
+        let batch = sample_batch(10, 1);
+        put(&mut via1, path(key), vec![batch.clone()], None)
+            .await
+            .unwrap();
+        assert_eq!(get(&mut via2, path_ticket(key)).await.unwrap(), vec![batch]);
+        let new_owner = after.owner(format!("P{key}").as_bytes()).unwrap();
+        assert_eq!(new_owner, before.owners(format!("P{key}").as_bytes(), 2)[1]);
+        let info = via2.get_flight_info(path(key)).await.unwrap();
+        let index: usize = new_owner.trim_start_matches("n-").parse().unwrap();
+        assert_eq!(
+            info.endpoint[0].location[0].uri,
+            format!("grpc://{}", cluster.addresses[index])
+        );
+    }
+    assert_eq!(cluster.node(2).store.stats().entries, entries_on_2);
+
+    // An older ring is refused; the topology action shows the running one.
+    let body = json!({"topology": cluster.topology(1, &[])}).to_string();
+    let err = action(&mut via1, "configure", body.as_bytes())
+        .await
+        .unwrap_err();
+    let refused = status(err);
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let topology: serde_json::Value =
+        serde_json::from_slice(&action(&mut via1, "topology", b"").await.unwrap()).unwrap();
+    assert_eq!(topology["version"], 2);
+    assert_eq!(topology["memberId"], "n-1");
+    assert_eq!(topology["members"][2]["state"], "draining");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_a_topology_get_flight_info_has_no_location() {
+    let node = start_node(&[]).await;
+    let mut client = client(&node).await;
+    put(&mut client, path("a"), vec![sample_batch(3, 0)], None)
+        .await
+        .unwrap();
+    let info = client.get_flight_info(path("a")).await.unwrap();
+    assert!(info.endpoint[0].location.is_empty());
+    let stats = stats(&mut client).await;
+    assert_eq!(stats["ringVersion"], 0);
+    let _ = Ticket::default();
+    node.shutdown().await.unwrap();
+}
