@@ -5,7 +5,8 @@
 //! message (never buffered whole, never decoded), GetFlightInfo, GetSchema and
 //! `invalidate` are relayed as single messages. One pooled tonic `Channel` per peer
 //! address, connected lazily (HTTP/2 multiplexes every concurrent call over it), with a
-//! connect timeout and a per-call deadline for the owner's first answer.
+//! connect timeout. Calls but DoPut have a deadline for the owner's answer (DoGet: its
+//! first message); a forwarded DoPut lasts as long as the client's upload, like a direct one.
 //!
 //! Forwarded requests carry `x-flightcache-forwarded: <sender member id>` and
 //! `x-flightcache-ring-version: <sender's ring version>`; a node never forwards such a
@@ -39,7 +40,7 @@ pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
 pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
 /// How long connecting to a peer may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a peer may take to start answering a forwarded call.
+/// How long a peer may take to answer a forwarded call (DoGet: to start answering).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The pooled channels to peers, one per address.
@@ -58,7 +59,6 @@ impl Peers {
                     let endpoint = Endpoint::from_shared(format!("http://{}", peer.address))
                         .map_err(|err| unreachable(peer, &err.to_string()))?
                         .connect_timeout(CONNECT_TIMEOUT)
-                        .timeout(CALL_TIMEOUT)
                         .tcp_nodelay(true)
                         .initial_stream_window_size(4 << 20)
                         .initial_connection_window_size(8 << 20);
@@ -113,6 +113,17 @@ fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T
     request
 }
 
+/// Awaits `call` for at most [`CALL_TIMEOUT`].
+async fn with_deadline<T>(peer: &Peer, call: impl Future<Output = Result<T, Status>>) -> Result<T> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(result) => result.map_err(owner_error(peer)),
+        Err(_) => Err(unreachable(
+            peer,
+            &format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
 fn unreachable(peer: &Peer, reason: &str) -> Error {
     Error::OwnerUnreachable {
         owner: peer.id.clone(),
@@ -147,10 +158,7 @@ pub async fn do_get(
     incoming: &MetadataMap,
 ) -> Result<FlightStream<FlightData>> {
     let mut client = peers.client(peer)?;
-    let response = client
-        .do_get(outgoing(ticket, incoming, sender))
-        .await
-        .map_err(owner_error(peer))?;
+    let response = with_deadline(peer, client.do_get(outgoing(ticket, incoming, sender))).await?;
     let peer = peer.clone();
     let stream = response
         .into_inner()
@@ -207,10 +215,11 @@ pub async fn get_flight_info(
     incoming: &MetadataMap,
 ) -> Result<FlightInfo> {
     let mut client = peers.client(peer)?;
-    let response = client
-        .get_flight_info(outgoing(descriptor, incoming, sender))
-        .await
-        .map_err(owner_error(peer))?;
+    let response = with_deadline(
+        peer,
+        client.get_flight_info(outgoing(descriptor, incoming, sender)),
+    )
+    .await?;
     Ok(response.into_inner())
 }
 
@@ -226,10 +235,11 @@ pub async fn get_schema(
     incoming: &MetadataMap,
 ) -> Result<SchemaResult> {
     let mut client = peers.client(peer)?;
-    let response = client
-        .get_schema(outgoing(descriptor, incoming, sender))
-        .await
-        .map_err(owner_error(peer))?;
+    let response = with_deadline(
+        peer,
+        client.get_schema(outgoing(descriptor, incoming, sender)),
+    )
+    .await?;
     Ok(response.into_inner())
 }
 
@@ -245,12 +255,14 @@ pub async fn do_action(
     incoming: &MetadataMap,
 ) -> Result<Bytes> {
     let mut client = peers.client(peer)?;
-    let response = client
-        .do_action(outgoing(action, incoming, sender))
-        .await
-        .map_err(owner_error(peer))?;
-    let mut results = response.into_inner();
-    let first = results.message().await.map_err(owner_error(peer))?;
+    let first = with_deadline(peer, async {
+        let mut results = client
+            .do_action(outgoing(action, incoming, sender))
+            .await?
+            .into_inner();
+        results.message().await
+    })
+    .await?;
     Ok(first.map(|result| result.body).unwrap_or_default())
 }
 
