@@ -5,8 +5,10 @@
 //! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC.
 //! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
+//! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod flight;

@@ -329,3 +329,61 @@ async fn without_a_topology_get_flight_info_has_no_location() {
     let _ = Ticket::default();
     node.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_changes() {
+    use cache_node::client::RingClient;
+    let mut cluster = Cluster::start(3).await;
+    let client = RingClient::connect(&cluster.addresses[0], None)
+        .await
+        .unwrap();
+    assert_eq!(client.ring_version(), 1);
+    let ring = cluster.ring(&[]);
+    let batch = sample_batch(300, 7);
+    for owner in 0..3 {
+        for key in keys_owned_by(&ring, &format!("n-{owner}"), "direct", 2) {
+            assert_eq!(
+                client.address_for(&path(&key)).unwrap(),
+                cluster.addresses[owner]
+            );
+            client.put(path(&key), vec![batch.clone()]).await.unwrap();
+            assert_eq!(client.get(&path(&key)).await.unwrap(), vec![batch.clone()]);
+        }
+    }
+    // No hop: every node handled exactly the two puts and gets of its own keys.
+    for i in 0..3 {
+        let text = scrape(cluster.node(i).metrics_addr).await;
+        for method in ["DoPut", "DoGet"] {
+            let line = format!(
+                "flightcache_node_grpc_server_handled_total{{grpc_method=\"{method}\",grpc_code=\"OK\"}} 2"
+            );
+            assert!(text.contains(&line), "node {i}: {line}");
+        }
+    }
+
+    // n-1 goes away and the ring drops it: the client's first call fails, it refreshes
+    // and retries at the new owner.
+    let key = keys_owned_by(&ring, "n-1", "moving", 1).remove(0);
+    cluster.stop(1).await;
+    let survivors = Cluster {
+        nodes: Vec::new(),
+        addresses: cluster.addresses.clone(),
+    };
+    let body = json!({"topology": survivors.topology(2, &[1])}).to_string();
+    for i in [0, 2] {
+        action(&mut cluster.client(i).await, "configure", body.as_bytes())
+            .await
+            .unwrap();
+    }
+    client.put(path(&key), vec![batch.clone()]).await.unwrap();
+    assert_eq!(client.ring_version(), 2);
+    assert_ne!(
+        client.address_for(&path(&key)).unwrap(),
+        cluster.addresses[1]
+    );
+    assert_eq!(client.get(&path(&key)).await.unwrap(), vec![batch]);
+    assert!(client.invalidate(&path(&key)).await.unwrap());
+    let err = client.get(&path(&key)).await.unwrap_err();
+    assert_eq!(err.code(), Some(Code::NotFound));
+    cluster.shutdown().await;
+}

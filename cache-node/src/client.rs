@@ -1,0 +1,320 @@
+//! A ring-aware Rust client: it fetches the ring from any node (the `topology` action),
+//! sends each key's calls straight to the owner, and refreshes the ring and retries once
+//! when a call fails with UNAVAILABLE (owner gone, ring changed). Connections are pooled:
+//! one lazily connected HTTP/2 channel per member address.
+//!
+//! Without a topology on the node (a single node) every call goes to the seed address.
+//! Does network I/O; no state beyond the ring and the channels.
+//!
+//! ```no_run
+//! # async fn demo(batches: Vec<arrow_array::RecordBatch>) -> Result<(), cache_node::client::ClientError> {
+//! use arrow_flight::FlightDescriptor;
+//! let client = cache_node::client::RingClient::connect("127.0.0.1:50051", None).await?;
+//! let key = FlightDescriptor::new_path(vec!["reports".into(), "daily".into()]);
+//! client.put(key.clone(), batches).await?;
+//! let got = client.get(&key).await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
+use bytes::Bytes;
+use crds::node_config::{Topology, TopologyMember};
+use futures::{StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::flight::MAX_FLIGHT_DATA_BYTES;
+use crate::flight::ticket::CacheTicket;
+use crate::key::CacheKey;
+use crate::routing::members::Membership;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The descriptor names no usable key.
+    #[error("bad key: {0}")]
+    BadKey(String),
+    /// An address that is not `host:port`.
+    #[error("bad address '{0}'")]
+    BadAddress(String),
+    /// The `topology` answer could not be read.
+    #[error("cannot read the topology from {address}: {reason}")]
+    Topology {
+        /// The node asked.
+        address: String,
+        /// Why.
+        reason: String,
+    },
+    /// The call failed (the node's gRPC status is inside).
+    #[error("flight call to {address} failed")]
+    Flight {
+        /// The node called.
+        address: String,
+        /// The error.
+        #[source]
+        source: FlightError,
+    },
+}
+
+impl ClientError {
+    /// The gRPC code of a failed call, if it got that far.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Self::Flight {
+                source: FlightError::Tonic(status),
+                ..
+            } => Some(status.code()),
+            _ => None,
+        }
+    }
+}
+
+/// A client that routes every key to its owner.
+#[derive(Debug)]
+pub struct RingClient {
+    seed: String,
+    token: Option<String>,
+    membership: Mutex<Option<Arc<Membership>>>,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl RingClient {
+    /// Connects through `seed` (`host:port` of any node) and fetches the ring.
+    ///
+    /// # Errors
+    /// [`ClientError`] when the seed cannot be reached or answers no topology.
+    pub async fn connect(seed: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let client = Self {
+            seed: seed.to_owned(),
+            token,
+            membership: Mutex::new(None),
+            channels: Mutex::new(HashMap::new()),
+        };
+        client.refresh().await?;
+        Ok(client)
+    }
+
+    /// Fetches the ring again (from the seed, else from any known member) and returns
+    /// its version; an older ring than the one held is ignored.
+    ///
+    /// # Errors
+    /// [`ClientError`] when no node answers.
+    pub async fn refresh(&self) -> Result<u64, ClientError> {
+        let mut candidates = vec![self.seed.clone()];
+        if let Some(current) = self.membership.lock().clone() {
+            candidates.extend(current.topology().members.iter().map(|m| m.address.clone()));
+        }
+        let mut last_error = None;
+        for address in candidates {
+            match self.fetch_topology(&address).await {
+                Ok(Some(topology)) => {
+                    let next = Membership::new(topology).map_err(|err| ClientError::Topology {
+                        address: address.clone(),
+                        reason: err.to_string(),
+                    })?;
+                    let mut current = self.membership.lock();
+                    let newer = current
+                        .as_ref()
+                        .is_none_or(|m| m.ring().version() < next.ring().version());
+                    if newer {
+                        *current = Some(Arc::new(next));
+                    }
+                    return Ok(current.as_ref().map_or(0, |m| m.ring().version()));
+                }
+                Ok(None) => return Ok(0),
+                Err(err) => last_error = Some(err),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| ClientError::BadAddress(self.seed.clone())))
+    }
+
+    /// The ring version the client routes by (0: no topology, all calls to the seed).
+    pub fn ring_version(&self) -> u64 {
+        self.membership
+            .lock()
+            .as_ref()
+            .map_or(0, |m| m.ring().version())
+    }
+
+    /// The address calls for `descriptor` go to.
+    ///
+    /// # Errors
+    /// [`ClientError::BadKey`].
+    pub fn address_for(&self, descriptor: &FlightDescriptor) -> Result<String, ClientError> {
+        let key = CacheKey::from_descriptor(descriptor)
+            .map_err(|err| ClientError::BadKey(err.to_string()))?;
+        Ok(self.address_for_key(&key))
+    }
+
+    fn address_for_key(&self, key: &CacheKey) -> String {
+        let membership = self.membership.lock().clone();
+        membership
+            .and_then(|m| {
+                let owner = m.ring().owner(&key.to_store_bytes())?.clone();
+                m.peer(&owner).map(|peer| peer.address)
+            })
+            .unwrap_or_else(|| self.seed.clone())
+    }
+
+    /// Stores `batches` under `descriptor` on its owner; returns the node's put summary.
+    ///
+    /// # Errors
+    /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
+    pub async fn put(
+        &self,
+        descriptor: FlightDescriptor,
+        batches: Vec<RecordBatch>,
+    ) -> Result<serde_json::Value, ClientError> {
+        let key = CacheKey::from_descriptor(&descriptor)
+            .map_err(|err| ClientError::BadKey(err.to_string()))?;
+        let schema = batches
+            .first()
+            .map(RecordBatch::schema)
+            .ok_or_else(|| ClientError::BadKey("a put needs at least one batch".into()))?;
+        self.with_retry(&key, |mut client| {
+            let stream = FlightDataEncoderBuilder::new()
+                .with_schema(schema.clone())
+                .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+                .with_flight_descriptor(Some(descriptor.clone()))
+                .build(futures::stream::iter(batches.clone().into_iter().map(Ok)));
+            async move {
+                let results: Vec<_> = client.do_put(stream).await?.try_collect().await?;
+                let summary = results
+                    .first()
+                    .and_then(|r| serde_json::from_slice(&r.app_metadata).ok())
+                    .unwrap_or_default();
+                Ok(summary)
+            }
+        })
+        .await
+    }
+
+    /// Reads the entry under `descriptor` from its owner (NOT_FOUND on a miss).
+    ///
+    /// # Errors
+    /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
+    pub async fn get(
+        &self,
+        descriptor: &FlightDescriptor,
+    ) -> Result<Vec<RecordBatch>, ClientError> {
+        let key = CacheKey::from_descriptor(descriptor)
+            .map_err(|err| ClientError::BadKey(err.to_string()))?;
+        let ticket = Ticket::new(CacheTicket::new(key.clone()).encode());
+        self.with_retry(&key, |mut client| {
+            let ticket = ticket.clone();
+            async move { client.do_get(ticket).await?.try_collect().await }
+        })
+        .await
+    }
+
+    /// Removes the entry under `descriptor` on its owner; true if there was one.
+    ///
+    /// # Errors
+    /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
+    pub async fn invalidate(&self, descriptor: &FlightDescriptor) -> Result<bool, ClientError> {
+        let key = CacheKey::from_descriptor(descriptor)
+            .map_err(|err| ClientError::BadKey(err.to_string()))?;
+        let body = CacheTicket::new(key.clone()).encode();
+        let answer = self
+            .with_retry(&key, |mut client| {
+                let action = Action::new("invalidate", body.clone());
+                async move { first_body(client.do_action(action).await?).await }
+            })
+            .await?;
+        let value: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+        Ok(value["removed"].as_bool().unwrap_or(false))
+    }
+
+    async fn with_retry<T, F, Fut>(&self, key: &CacheKey, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(FlightClient) -> Fut,
+        Fut: Future<Output = Result<T, FlightError>>,
+    {
+        let address = self.address_for_key(key);
+        let first = call(self.flight_client(&address)?).await;
+        match first {
+            Err(FlightError::Tonic(status)) if status.code() == Code::Unavailable => {
+                tracing::debug!(%address, %status, "routing error; refreshing the ring");
+                // The ring may have changed; if not, the retry goes to the same owner.
+                if self.refresh().await.is_err() {
+                    return Err(ClientError::Flight {
+                        address,
+                        source: FlightError::Tonic(status),
+                    });
+                }
+                let address = self.address_for_key(key);
+                call(self.flight_client(&address)?)
+                    .await
+                    .map_err(|source| ClientError::Flight { address, source })
+            }
+            other => other.map_err(|source| ClientError::Flight { address, source }),
+        }
+    }
+
+    async fn fetch_topology(&self, address: &str) -> Result<Option<Topology>, ClientError> {
+        let mut client = self.flight_client(address)?;
+        let body = async { first_body(client.do_action(Action::new("topology", "")).await?).await }
+            .await
+            .map_err(|source| ClientError::Flight {
+                address: address.to_owned(),
+                source,
+            })?;
+        let bad = |reason: String| ClientError::Topology {
+            address: address.to_owned(),
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|err| bad(err.to_string()))?;
+        let version = value["version"].as_u64().unwrap_or(0);
+        if version == 0 {
+            return Ok(None);
+        }
+        let members: Vec<TopologyMember> =
+            serde_json::from_value(value["members"].clone()).map_err(|err| bad(err.to_string()))?;
+        Ok(Some(Topology { version, members }))
+    }
+
+    fn flight_client(&self, address: &str) -> Result<FlightClient, ClientError> {
+        let channel = {
+            let mut channels = self.channels.lock();
+            match channels.get(address) {
+                Some(channel) => channel.clone(),
+                None => {
+                    let channel = Endpoint::from_shared(format!("http://{address}"))
+                        .map_err(|_| ClientError::BadAddress(address.to_owned()))?
+                        .connect_timeout(CONNECT_TIMEOUT)
+                        .tcp_nodelay(true)
+                        .connect_lazy();
+                    channels.insert(address.to_owned(), channel.clone());
+                    channel
+                }
+            }
+        };
+        let mut client = FlightClient::new(channel);
+        if let Some(token) = &self.token {
+            client
+                .add_header("authorization", &format!("Bearer {token}"))
+                .map_err(|source| ClientError::Flight {
+                    address: address.to_owned(),
+                    source,
+                })?;
+        }
+        Ok(client)
+    }
+}
+
+async fn first_body(
+    mut results: futures::stream::BoxStream<'static, Result<Bytes, FlightError>>,
+) -> Result<Bytes, FlightError> {
+    results.next().await.unwrap_or(Ok(Bytes::new()))
+}
