@@ -19,6 +19,7 @@ use prometheus_client::registry::{Registry, Unit};
 use tonic::Code;
 
 use crate::live::LiveConfig;
+use crate::routing::members::RoutingTable;
 use crate::store::{RemovalCause, Store};
 
 /// Labels of `grpc_server_handled_total`.
@@ -44,7 +45,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// Builds the registry with the RPC instruments and the store collector.
-    pub fn new(store: Arc<Store>, live: Arc<LiveConfig>) -> Self {
+    pub fn new(store: Arc<Store>, live: Arc<LiveConfig>, routing: Arc<RoutingTable>) -> Self {
         let mut registry = Registry::with_prefix("flightcache_node");
         let handled = Family::<HandledLabels, Counter>::default();
         registry.register(
@@ -64,7 +65,11 @@ impl Metrics {
             Unit::Seconds,
             handling_seconds.clone(),
         );
-        registry.register_collector(Box::new(StoreCollector { store, live }));
+        registry.register_collector(Box::new(StoreCollector {
+            store,
+            live,
+            routing,
+        }));
         Self {
             registry,
             handled,
@@ -162,6 +167,7 @@ pub fn code_name(code: Code) -> &'static str {
 /// Reads the store's statistics at scrape time.
 #[derive(Debug)]
 struct StoreCollector {
+    routing: Arc<RoutingTable>,
     store: Arc<Store>,
     live: Arc<LiveConfig>,
 }
@@ -233,6 +239,13 @@ impl Collector for StoreCollector {
             "Configuration generation the node runs",
             None,
             self.live.generation(),
+        )?;
+        gauge(
+            &mut encoder,
+            "ring_version",
+            "Routing ring version the node routes by (0 without a topology)",
+            None,
+            self.routing.version(),
         )?;
         counter(&mut encoder, "inserts", "Entries stored", stats.inserts)?;
         counter(

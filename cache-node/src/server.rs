@@ -113,7 +113,11 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
             .map_err(|e| ServerError::Store(e.to_string()))?,
     );
     let live = Arc::new(LiveConfig::new(generation, store_config));
-    let metrics = Arc::new(Metrics::new(Arc::clone(&store), Arc::clone(&live)));
+    let metrics = Arc::new(Metrics::new(
+        Arc::clone(&store),
+        Arc::clone(&live),
+        Arc::clone(&routing),
+    ));
     let service = FlightCacheService::new(
         Arc::clone(&store),
         Arc::clone(&live),

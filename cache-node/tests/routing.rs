@@ -353,6 +353,10 @@ async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_chang
     // No hop: every node handled exactly the two puts and gets of its own keys.
     for i in 0..3 {
         let text = scrape(cluster.node(i).metrics_addr).await;
+        assert!(
+            text.contains("flightcache_node_ring_version 1\n"),
+            "node {i}"
+        );
         for method in ["DoPut", "DoGet"] {
             let line = format!(
                 "flightcache_node_grpc_server_handled_total{{grpc_method=\"{method}\",grpc_code=\"OK\"}} 2"
