@@ -35,15 +35,11 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
 pub fn build_configmap(cluster: &ValidatedCluster, pool: &ValidatedPool) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(names::pool_object(&cluster.name, &pool.name)),
-            namespace: Some(cluster.namespace.clone()),
-            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
             annotations: Some(BTreeMap::from([(
                 names::CONFIG_GENERATION_ANNOTATION.to_owned(),
                 cluster.generation.to_string(),
             )])),
-            owner_references: Some(vec![cluster.owner.clone()]),
-            ..ObjectMeta::default()
+            ..super::owned_metadata(cluster, pool, names::pool_object(&cluster.name, &pool.name))
         },
         data: Some(BTreeMap::from([(
             names::NODE_CONFIG_KEY.to_owned(),

@@ -15,7 +15,25 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use crate::validate::ValidatedCluster;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::validate::{ValidatedCluster, ValidatedPool};
+
+/// Metadata of a pool's child `name`: namespace, pool labels, the controller owner
+/// reference.
+pub fn owned_metadata(
+    cluster: &ValidatedCluster,
+    pool: &ValidatedPool,
+    name: String,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(cluster.namespace.clone()),
+        labels: Some(names::pool_labels(&cluster.name, &pool.name)),
+        owner_references: Some(vec![cluster.owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
 
 /// Every object one pool needs, in apply order.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! The pool's PodDisruptionBudget: at most one node of a pool down at a time. Pure.
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names;
@@ -10,13 +10,11 @@ use crate::validate::{ValidatedCluster, ValidatedPool};
 /// The PDB `c-p` with `maxUnavailable: 1`.
 pub fn build_pdb(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(names::pool_object(&cluster.name, &pool.name)),
-            namespace: Some(cluster.namespace.clone()),
-            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
-            owner_references: Some(vec![cluster.owner.clone()]),
-            ..ObjectMeta::default()
-        },
+        metadata: super::owned_metadata(
+            cluster,
+            pool,
+            names::pool_object(&cluster.name, &pool.name),
+        ),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {

@@ -2,7 +2,6 @@
 //! (`c-p`, the Flight endpoint users dial). Pure.
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names;
@@ -26,21 +25,11 @@ fn ports(cluster: &ValidatedCluster) -> Vec<ServicePort> {
     ]
 }
 
-fn metadata(cluster: &ValidatedCluster, pool: &ValidatedPool, name: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: Some(cluster.namespace.clone()),
-        labels: Some(names::pool_labels(&cluster.name, &pool.name)),
-        owner_references: Some(vec![cluster.owner.clone()]),
-        ..ObjectMeta::default()
-    }
-}
-
 /// The headless Service `c-p-nodes`; it publishes not-ready nodes too, so peers can
 /// reach a node that is still warming up.
 pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
     Service {
-        metadata: metadata(
+        metadata: super::owned_metadata(
             cluster,
             pool,
             names::headless_service(&cluster.name, &pool.name),
@@ -59,7 +48,11 @@ pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) 
 /// The client Service `c-p` (ClusterIP over ready nodes).
 pub fn build_client_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
     Service {
-        metadata: metadata(cluster, pool, names::pool_object(&cluster.name, &pool.name)),
+        metadata: super::owned_metadata(
+            cluster,
+            pool,
+            names::pool_object(&cluster.name, &pool.name),
+        ),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(names::pool_selector(&cluster.name, &pool.name)),

@@ -40,13 +40,11 @@ pub fn build_statefulset(cluster: &ValidatedCluster, pool: &ValidatedPool) -> St
         .get_or_insert_with(BTreeMap::new)
         .insert(names::CONFIG_HASH_ANNOTATION.to_owned(), hash);
     StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(names::pool_object(&cluster.name, &pool.name)),
-            namespace: Some(cluster.namespace.clone()),
-            labels: Some(names::pool_labels(&cluster.name, &pool.name)),
-            owner_references: Some(vec![cluster.owner.clone()]),
-            ..ObjectMeta::default()
-        },
+        metadata: super::owned_metadata(
+            cluster,
+            pool,
+            names::pool_object(&cluster.name, &pool.name),
+        ),
         spec: Some(StatefulSetSpec {
             replicas: Some(pool.shards),
             service_name: Some(names::headless_service(&cluster.name, &pool.name)),
