@@ -153,7 +153,8 @@ async fn every_action_does_what_it_says() {
             "clear",
             "stats",
             "configure",
-            "topology"
+            "topology",
+            "lease"
         ]
     );
 

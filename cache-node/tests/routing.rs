@@ -391,3 +391,48 @@ async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_chang
     assert_eq!(err.code(), Some(Code::NotFound));
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn concurrent_misses_through_any_node_get_one_fill_lease() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-2", "slow-query", 1).remove(0);
+    let mut callers = Vec::new();
+    for i in 0..9 {
+        let mut client = cluster.client(i % 3).await;
+        let key = key.clone();
+        callers.push(tokio::spawn(async move {
+            let answer = action(&mut client, "lease", key.as_bytes()).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&answer).unwrap()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let batch = sample_batch(40, 2);
+    put(
+        &mut cluster.client(0).await,
+        path(&key),
+        vec![batch.clone()],
+        None,
+    )
+    .await
+    .unwrap();
+    let mut outcomes = Vec::new();
+    for caller in callers {
+        outcomes.push(caller.await.unwrap()["lease"].as_str().unwrap().to_owned());
+    }
+    outcomes.sort();
+    let mut expected = vec!["filled".to_owned(); 8];
+    expected.push("granted".to_owned());
+    assert_eq!(outcomes, expected);
+    assert_eq!(
+        get(&mut cluster.client(1).await, path_ticket(&key))
+            .await
+            .unwrap(),
+        vec![batch]
+    );
+    let answer = action(&mut cluster.client(1).await, "lease", key.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(&answer[..], br#"{"lease":"hit"}"#);
+    cluster.shutdown().await;
+}

@@ -9,6 +9,7 @@
 //! | `stats` | empty | store counters, limits and the running config generation |
 //! | `configure` | a node config document with live fields only and/or a `topology` (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0, "ringVersion": 7}` |
 //! | `topology` | empty | `{"memberId": "p-0", "version": 7, "members": [...]}` (version 0 and no members without a topology) |
+//! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `lease.rs`) |
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
 //! on every member (the Flight adapter forwards them; see `flight::forward`).
@@ -42,11 +43,13 @@ pub enum NodeAction {
     Configure,
     /// The ring this node routes by.
     Topology,
+    /// A fill lease for a missing key (miss coalescing).
+    Lease,
 }
 
 impl NodeAction {
     /// Every action, in ListActions order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Ping,
         Self::Invalidate,
         Self::InvalidatePrefix,
@@ -54,6 +57,7 @@ impl NodeAction {
         Self::Stats,
         Self::Configure,
         Self::Topology,
+        Self::Lease,
     ];
 
     /// The action type string.
@@ -66,6 +70,7 @@ impl NodeAction {
             Self::Stats => "stats",
             Self::Configure => "configure",
             Self::Topology => "topology",
+            Self::Lease => "lease",
         }
     }
 
@@ -86,6 +91,10 @@ impl NodeAction {
                  memoryBudget, maxEntrySize, ttl, ttlMode, eviction) and/or a ring topology."
             }
             Self::Topology => "Return this node's member id and the ring it routes by as JSON.",
+            Self::Lease => {
+                "Miss coalescing. Body: a key. The first caller gets a fill lease (run the query, \
+                 DoPut); later callers wait for that DoPut ('filled') or time out."
+            }
         }
     }
 
@@ -119,7 +128,7 @@ pub fn run(
     let result = match action {
         NodeAction::Ping => return Ok(Bytes::from_static(b"pong")),
         NodeAction::Invalidate => {
-            let key = invalidate_key(body)?;
+            let key = key_from_body(action, body)?;
             json!({ "removed": store.invalidate(&key.to_store_bytes()) })
         }
         NodeAction::InvalidatePrefix => {
@@ -148,6 +157,12 @@ pub fn run(
                 .map_err(|err| bad_body(&err.to_string()))?;
             serde_json::to_value(apply_document(&doc, live, routing, store)?).unwrap_or_default()
         }
+        NodeAction::Lease => {
+            // Leases wait for a DoPut, so the Flight adapter runs them (async).
+            return Err(Error::Unimplemented(
+                "the lease action outside the Flight service",
+            ));
+        }
         NodeAction::Topology => {
             let current = routing.current();
             json!({
@@ -162,13 +177,13 @@ pub fn run(
     Ok(Bytes::from(result.to_string()))
 }
 
-/// The key an `invalidate` body names: a path key or a ticket.
+/// The key an `invalidate` or `lease` body names: a path key or a ticket.
 ///
 /// # Errors
 /// [`Error::BadActionBody`] or [`Error::BadTicket`].
-pub fn invalidate_key(body: &Bytes) -> Result<CacheKey> {
+pub fn key_from_body(action: NodeAction, body: &Bytes) -> Result<CacheKey> {
     let bad_body = |reason: &str| Error::BadActionBody {
-        action: NodeAction::Invalidate.name(),
+        action: action.name(),
         reason: reason.to_owned(),
     };
     if CacheTicket::looks_like_ticket(body) {

@@ -9,6 +9,7 @@
 pub mod actions;
 pub mod auth;
 pub mod forward;
+pub mod lease;
 pub mod put;
 pub mod ticket;
 
@@ -53,6 +54,7 @@ pub struct FlightCacheService {
     auth: Auth,
     routing: Arc<RoutingTable>,
     peers: forward::Peers,
+    leases: Arc<lease::Leases>,
 }
 
 impl FlightCacheService {
@@ -71,6 +73,7 @@ impl FlightCacheService {
             auth,
             routing,
             peers: forward::Peers::default(),
+            leases: Arc::new(lease::Leases::default()),
         }
     }
 
@@ -391,7 +394,11 @@ impl FlightService for FlightCacheService {
             let (first, key) = put::read_first(&mut input).await?;
             match self.route(&key, &metadata)? {
                 Route::Local => {
-                    let summary = put::ingest(&self.store, key, first, input).await?;
+                    let store_key = key.to_store_bytes();
+                    let ingested = put::ingest(&self.store, key, first, input).await;
+                    // Stored or refused, the put ends any fill lease on the key.
+                    self.leases.release(&store_key);
+                    let summary = ingested?;
                     let metadata = serde_json::to_vec(&summary).unwrap_or_default();
                     let reply = PutResult {
                         app_metadata: Bytes::from(metadata),
@@ -428,9 +435,16 @@ impl FlightService for FlightCacheService {
             let (action, metadata) = (request.get_ref(), request.metadata());
             let kind = actions::NodeAction::parse(&action.r#type)?;
             let body = match kind {
-                actions::NodeAction::Invalidate => {
-                    let key = actions::invalidate_key(&action.body)?;
+                actions::NodeAction::Invalidate | actions::NodeAction::Lease => {
+                    let key = actions::key_from_body(kind, &action.body)?;
                     match self.route(&key, metadata)? {
+                        Route::Local if kind == actions::NodeAction::Lease => {
+                            let outcome = self
+                                .leases
+                                .acquire(&key.to_store_bytes(), &self.store)
+                                .await;
+                            Bytes::from(serde_json::to_vec(&outcome).unwrap_or_default())
+                        }
                         Route::Local => actions::run(
                             kind,
                             &action.body,

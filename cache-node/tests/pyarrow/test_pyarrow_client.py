@@ -83,7 +83,7 @@ def test_list_flights_by_prefix(client):
 
 def test_every_action(client):
     assert {a.type for a in client.list_actions()} == {
-        "ping", "invalidate", "invalidate-prefix", "clear", "stats", "configure", "topology"}
+        "ping", "invalidate", "invalidate-prefix", "clear", "stats", "configure", "topology", "lease"}
     assert action(client, "ping") == b"pong"
     for key in ["act/1", "act/2", "act/3"]:
         put(client, key, bi_table(5))

@@ -1,0 +1,217 @@
+//! Miss coalescing: fill leases, so N clients that miss one key at once run one backend
+//! query instead of N.
+//!
+//! A client that misses calls the `lease` action with the key. The first caller gets
+//! `{"lease": "granted", "leaseMs": 10000}`: it runs the query and DoPuts the result.
+//! Callers that arrive while the lease is held wait (up to [`DEFAULT_WAIT`]) for that DoPut
+//! and get `{"lease": "filled"}` (then DoGet), or `{"lease": "timeout"}` if it does not
+//! come in time. When the entry is already there the answer is `{"lease": "hit"}`. A lease
+//! ends when its holder's DoPut finishes (stored or refused) or after [`DEFAULT_LEASE`];
+//! after that the next caller is granted a new one, so a holder that died does not block
+//! the key. Leases live on the key's owner (the action is forwarded like `invalidate`).
+//! In memory only; async waiting with tokio, no other I/O.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::store::Store;
+
+/// How long a lease holder has to DoPut the entry.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// How long a caller waits for the holder's DoPut.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// The answer to a `lease` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "lease", rename_all = "lowercase")]
+pub enum LeaseOutcome {
+    /// The entry is cached: DoGet it.
+    Hit,
+    /// This caller holds the lease: run the query and DoPut the result.
+    Granted {
+        /// How long the lease lasts, in milliseconds.
+        #[serde(rename = "leaseMs")]
+        lease_ms: u64,
+    },
+    /// Another caller's DoPut stored the entry while this one waited: DoGet it.
+    Filled,
+    /// The holder did not DoPut in time: query the backend yourself (or call again).
+    Timeout,
+}
+
+#[derive(Debug)]
+struct Held {
+    until: Instant,
+    filled: Arc<Notify>,
+}
+
+/// The fill leases of one node.
+#[derive(Debug)]
+pub struct Leases {
+    held: Mutex<HashMap<Bytes, Held>>,
+    lease: Duration,
+    wait: Duration,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self::new(DEFAULT_LEASE, DEFAULT_WAIT)
+    }
+}
+
+impl Leases {
+    /// Leases lasting `lease`, callers waiting up to `wait`.
+    pub fn new(lease: Duration, wait: Duration) -> Self {
+        Self {
+            held: Mutex::new(HashMap::new()),
+            lease,
+            wait,
+        }
+    }
+
+    /// Grants the lease on `key` (store bytes), or waits for the holder's DoPut.
+    pub async fn acquire(&self, key: &Bytes, store: &Store) -> LeaseOutcome {
+        let deadline = Instant::now() + self.wait;
+        let mut waited = false;
+        loop {
+            if store.peek(key).is_some() {
+                return if waited {
+                    LeaseOutcome::Filled
+                } else {
+                    LeaseOutcome::Hit
+                };
+            }
+            let now = Instant::now();
+            let (filled, until) = {
+                let mut held = self.held.lock();
+                match held.get(key) {
+                    Some(lease) if lease.until > now => (Arc::clone(&lease.filled), lease.until),
+                    _ => {
+                        held.insert(
+                            key.clone(),
+                            Held {
+                                until: now + self.lease,
+                                filled: Arc::new(Notify::new()),
+                            },
+                        );
+                        return LeaseOutcome::Granted {
+                            lease_ms: u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+                        };
+                    }
+                }
+            };
+            if now >= deadline {
+                return LeaseOutcome::Timeout;
+            }
+            // Register before re-checking the store, so a DoPut that lands in between
+            // still wakes this caller.
+            let notified = filled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            waited = true;
+            if store.peek(key).is_some() {
+                return LeaseOutcome::Filled;
+            }
+            let wake = until.min(deadline);
+            let _ = tokio::time::timeout_at(wake.into(), notified).await;
+        }
+    }
+
+    /// Ends the lease on `key` (its DoPut finished, stored or not) and wakes the waiters.
+    pub fn release(&self, key: &Bytes) {
+        let lease = self.held.lock().remove(key);
+        if let Some(lease) = lease {
+            lease.filled.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch};
+
+    use super::*;
+    use crate::store::{EvictionPolicy, StoreConfig, SystemClock, TtlMode};
+
+    fn store() -> Arc<Store> {
+        let config = StoreConfig {
+            max_entries: 100,
+            budget_bytes: 16 << 20,
+            max_entry_bytes: 1 << 20,
+            ttl: Duration::from_secs(60),
+            ttl_mode: TtlMode::Absolute,
+            eviction: EvictionPolicy::Lru,
+        };
+        Arc::new(Store::new(config, Arc::new(SystemClock::new())).unwrap())
+    }
+
+    fn fill(store: &Store, key: &Bytes) {
+        let batch =
+            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1])) as _)]).unwrap();
+        let mut pending = store.begin_put(key.clone());
+        pending.reserve(crate::store::batch_weight(&batch)).unwrap();
+        pending.commit(batch.schema(), vec![batch], None).unwrap();
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_get_one_lease_and_wait_for_its_put() {
+        let store = store();
+        let leases = Arc::new(Leases::default());
+        let key = Bytes::from_static(b"Pq");
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let (leases, store, key) = (Arc::clone(&leases), Arc::clone(&store), key.clone());
+                tokio::spawn(async move { leases.acquire(&key, &store).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        fill(&store, &key);
+        leases.release(&key);
+        let mut outcomes = Vec::new();
+        for caller in callers {
+            outcomes.push(caller.await.unwrap());
+        }
+        let granted = outcomes
+            .iter()
+            .filter(|o| matches!(o, LeaseOutcome::Granted { .. }))
+            .count();
+        assert_eq!(granted, 1, "{outcomes:?}");
+        assert_eq!(
+            outcomes
+                .iter()
+                .filter(|o| **o == LeaseOutcome::Filled)
+                .count(),
+            7
+        );
+        assert_eq!(leases.acquire(&key, &store).await, LeaseOutcome::Hit);
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_passes_to_the_next_caller_and_waiting_times_out() {
+        let store = store();
+        let leases = Leases::new(Duration::from_millis(50), Duration::from_millis(20));
+        let key = Bytes::from_static(b"Pq");
+        assert!(matches!(
+            leases.acquire(&key, &store).await,
+            LeaseOutcome::Granted { lease_ms: 50 }
+        ));
+        assert_eq!(leases.acquire(&key, &store).await, LeaseOutcome::Timeout);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(matches!(
+            leases.acquire(&key, &store).await,
+            LeaseOutcome::Granted { .. }
+        ));
+        assert_eq!(
+            serde_json::to_string(&LeaseOutcome::Granted { lease_ms: 5 }).unwrap(),
+            r#"{"lease":"granted","leaseMs":5}"#
+        );
+    }
+}
