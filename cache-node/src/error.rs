@@ -184,8 +184,13 @@ impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = err.code();
         if let Error::Forwarded(status) = err {
-            // The owner already chose the code and message (and hid internal details).
-            return status;
+            // The owner already chose the code and message (and hid internal details); its
+            // transport headers (content-type, date) are not passed on.
+            return Self::with_details(
+                status.code(),
+                status.message(),
+                status.details().to_vec().into(),
+            );
         }
         if code == Code::Internal {
             tracing::error!(error = %err, source = ?std::error::Error::source(&err), "flight request failed");
@@ -212,6 +217,18 @@ mod tests {
         )));
         assert_eq!(status.code(), Code::Internal);
         assert_eq!(status.message(), "internal error");
+    }
+
+    #[test]
+    fn an_owner_status_is_passed_on_without_its_transport_headers() {
+        let mut owner = Status::not_found("path 'a' is not cached");
+        owner
+            .metadata_mut()
+            .insert("content-type", "application/grpc".parse().unwrap());
+        let status = Status::from(Error::Forwarded(owner));
+        assert_eq!(status.code(), Code::NotFound);
+        assert_eq!(status.message(), "path 'a' is not cached");
+        assert!(status.metadata().is_empty());
     }
 
     #[test]
