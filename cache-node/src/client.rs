@@ -235,6 +235,28 @@ impl RingClient {
         Ok(value["removed"].as_bool().unwrap_or(false))
     }
 
+    /// Asks the owner for a fill lease on a missing key (miss coalescing): the answer's
+    /// `lease` is `granted` (run the query and [`RingClient::put`]), `filled` or `hit`
+    /// ([`RingClient::get`]) or `timeout`.
+    ///
+    /// # Errors
+    /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
+    pub async fn lease(
+        &self,
+        descriptor: &FlightDescriptor,
+    ) -> Result<serde_json::Value, ClientError> {
+        let key = CacheKey::from_descriptor(descriptor)
+            .map_err(|err| ClientError::BadKey(err.to_string()))?;
+        let body = CacheTicket::new(key.clone()).encode();
+        let answer = self
+            .with_retry(&key, |mut client| {
+                let action = Action::new("lease", body.clone());
+                async move { first_body(client.do_action(action).await?).await }
+            })
+            .await?;
+        Ok(serde_json::from_slice(&answer).unwrap_or_default())
+    }
+
     async fn with_retry<T, F, Fut>(&self, key: &CacheKey, call: F) -> Result<T, ClientError>
     where
         F: Fn(FlightClient) -> Fut,
