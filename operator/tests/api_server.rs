@@ -125,51 +125,47 @@ async fn fetch(client: &Client, namespace: &str) -> CacheCluster {
         .unwrap()
 }
 
+/// What identifies a write of ours to each child: the resourceVersion of Services and
+/// ConfigMaps, the generation of StatefulSets and PDBs (controllers write their status,
+/// which moves the resourceVersion; the generation moves only with the spec we write).
 async fn resource_versions(client: &Client, namespace: &str) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
-    let params = ListParams::default().labels("app.kubernetes.io/instance=demo");
-    for sts in Api::<StatefulSet>::namespaced(client.clone(), namespace)
-        .list(&params)
-        .await
-        .unwrap()
-    {
-        versions.insert(
-            format!("sts/{}", sts.name_any()),
-            // Controllers write StatefulSet and PDB status; the generation is ours alone.
-            sts.metadata.generation.unwrap().to_string(),
-        );
-    }
-    for svc in Api::<Service>::namespaced(client.clone(), namespace)
-        .list(&params)
-        .await
-        .unwrap()
-    {
-        versions.insert(
-            format!("svc/{}", svc.name_any()),
-            svc.resource_version().unwrap(),
-        );
-    }
-    for cm in Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .list(&params)
-        .await
-        .unwrap()
-    {
-        versions.insert(
-            format!("cm/{}", cm.name_any()),
-            cm.resource_version().unwrap(),
-        );
-    }
-    for pdb in Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
-        .list(&params)
-        .await
-        .unwrap()
-    {
-        versions.insert(
-            format!("pdb/{}", pdb.name_any()),
-            pdb.metadata.generation.unwrap().to_string(),
-        );
-    }
+    versions.extend(versions_of::<StatefulSet>(client, namespace, "sts", true).await);
+    versions.extend(versions_of::<Service>(client, namespace, "svc", false).await);
+    versions.extend(versions_of::<ConfigMap>(client, namespace, "cm", false).await);
+    versions.extend(versions_of::<PodDisruptionBudget>(client, namespace, "pdb", true).await);
     versions
+}
+
+async fn versions_of<K>(
+    client: &Client,
+    namespace: &str,
+    prefix: &str,
+    by_generation: bool,
+) -> Vec<(String, String)>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let params = ListParams::default().labels("app.kubernetes.io/instance=demo");
+    let list = Api::<K>::namespaced(client.clone(), namespace)
+        .list(&params)
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|object| {
+            let version = if by_generation {
+                object.meta().generation.unwrap().to_string()
+            } else {
+                object.resource_version().unwrap()
+            };
+            (format!("{prefix}/{}", object.name_any()), version)
+        })
+        .collect()
 }
 
 fn condition(cc: &CacheCluster, type_: &str) -> (String, String) {
