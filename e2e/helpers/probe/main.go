@@ -70,11 +70,18 @@ func serve(addr string) error {
 	return http.ListenAndServe(addr, mux)
 }
 
+// get fetches url. The timeout leaves room for one retransmitted DNS query: the pod
+// resolver waits 5 s before it asks again when a UDP answer is lost, and a smoke check
+// must tell a lost packet (slow, then ok) from a broken path (never answers).
 func get(url string) error {
-	client := http.Client{Timeout: 5 * time.Second}
+	client := http.Client{Timeout: 15 * time.Second}
+	started := time.Now()
 	resp, err := client.Get(url)
 	if err != nil {
-		return err
+		return fmt.Errorf("after %s: %w", time.Since(started).Round(time.Millisecond), err)
+	}
+	if elapsed := time.Since(started); elapsed > 2*time.Second {
+		log.Printf("slow answer from %s: %s", url, elapsed.Round(time.Millisecond))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
