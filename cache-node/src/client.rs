@@ -303,7 +303,15 @@ impl RingClient {
         }
         let members: Vec<TopologyMember> =
             serde_json::from_value(value["members"].clone()).map_err(|err| bad(err.to_string()))?;
-        Ok(Some(Topology { version, members }))
+        let replicas = value["replicas"]
+            .as_u64()
+            .map_or(Ok(1), u8::try_from)
+            .map_err(|err| bad(err.to_string()))?;
+        Ok(Some(Topology {
+            version,
+            replicas,
+            members,
+        }))
     }
 
     fn flight_client(&self, address: &str) -> Result<FlightClient, ClientError> {

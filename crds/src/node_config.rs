@@ -158,6 +158,47 @@ pub struct NodeConfig {
     /// How long in-flight streams may run after SIGTERM, e.g. `20s` (restart to change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<String>,
+    /// Which address GetFlightInfo endpoints carry: `direct` (the owner's address from
+    /// the topology, for clients inside the cluster) or `proxy` (no location: the client
+    /// reuses the address it dialled and the node forwards). Default `direct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location_mode: Option<LocationMode>,
+}
+
+/// Where GetFlightInfo sends a client for the data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LocationMode {
+    /// The owner's stable address (a pod DNS name): one hop for clients that can reach pods.
+    #[default]
+    Direct,
+    /// No location: the client calls DoGet on the address it already uses (a Service,
+    /// a load balancer, a port-forward) and that node forwards to the owner.
+    Proxy,
+}
+
+impl LocationMode {
+    /// The name used in config documents and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Proxy => "proxy",
+        }
+    }
+}
+
+impl std::str::FromStr for LocationMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "direct" => Ok(Self::Direct),
+            "proxy" => Ok(Self::Proxy),
+            other => Err(format!(
+                "'{other}' is not a location mode: use direct or proxy"
+            )),
+        }
+    }
 }
 
 /// The routing state of a ring member, as published.
@@ -192,8 +233,22 @@ pub struct TopologyMember {
 pub struct Topology {
     /// Ring version, at least 1; a node never goes back to an older one.
     pub version: u64,
+    /// Copies of each key: 1, or 2 (written to a key's first two choices, read from the
+    /// first and then the second). Default 1.
+    #[serde(default = "one_replica", skip_serializing_if = "is_one_replica")]
+    pub replicas: u8,
     /// The members, in any order (ownership does not depend on the order).
     pub members: Vec<TopologyMember>,
+}
+
+fn one_replica() -> u8 {
+    1
+}
+
+// serde's skip_serializing_if hands the field by reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_one_replica(replicas: &u8) -> bool {
+    *replicas == 1
 }
 
 impl Topology {
@@ -216,6 +271,9 @@ impl Topology {
         let bad = |reason: String| Err(NodeConfigError::Topology(reason));
         if self.version == 0 {
             return bad("version must be at least 1".into());
+        }
+        if !(1..=2).contains(&self.replicas) {
+            return bad(format!("replicas must be 1 or 2, not {}", self.replicas));
         }
         let mut seen = std::collections::BTreeSet::new();
         for member in &self.members {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crds::cachecluster::{CacheCluster, FieldError, InvalidSpec, PoolSpec};
-use crds::node_config::{EvictionPolicy, TtlMode};
+use crds::node_config::{EvictionPolicy, LocationMode, TtlMode};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
@@ -85,6 +85,8 @@ pub struct ValidatedPool {
     pub ttl_mode: TtlMode,
     /// Eviction policy.
     pub eviction: EvictionPolicy,
+    /// What GetFlightInfo locations point at.
+    pub location_mode: LocationMode,
     /// Container memory limit as written (a Kubernetes quantity).
     pub memory_limit: String,
     /// Container memory limit in bytes.
@@ -191,6 +193,7 @@ fn validate_pool(pool: &PoolSpec, cluster_image: &str) -> Result<ValidatedPool, 
         ttl,
         ttl_mode: pool.ttl_mode,
         eviction: pool.eviction,
+        location_mode: pool.location_mode,
         memory_limit: pool.memory_limit.clone(),
         memory_limit_bytes,
         budget_bytes,

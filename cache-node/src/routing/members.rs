@@ -272,6 +272,7 @@ mod tests {
     fn topology(version: u64, states: &[(&str, node_config::MemberState)]) -> Topology {
         Topology {
             version,
+            replicas: 1,
             members: states
                 .iter()
                 .enumerate()

@@ -67,6 +67,7 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
     ("spec.pools[].ttlMode", ChangeClass::Live),
     ("spec.pools[].memoryLimit", ChangeClass::Resize),
     ("spec.pools[].eviction", ChangeClass::Live),
+    ("spec.pools[].locationMode", ChangeClass::Live),
     ("spec.pools[].replicas", ChangeClass::RingChange),
     ("spec.pools[].image", ChangeClass::RestartWithHandoff),
     ("spec.pools[].persistence", ChangeClass::RestartWithHandoff),
@@ -133,7 +134,8 @@ mod tests {
                 "spec.pools[].maxEntries",
                 "spec.pools[].ttl",
                 "spec.pools[].ttlMode",
-                "spec.pools[].eviction"
+                "spec.pools[].eviction",
+                "spec.pools[].locationMode"
             ]
         );
     }

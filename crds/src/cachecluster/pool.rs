@@ -13,7 +13,7 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{defaults, rules};
-use crate::node_config::{EvictionPolicy, TtlMode};
+use crate::node_config::{EvictionPolicy, LocationMode, TtlMode};
 
 /// One pool of cache nodes. Keys are spread over the pool's nodes by rendezvous
 /// hashing; a client may call any node, which forwards to the owner of the key.
@@ -89,6 +89,14 @@ pub struct PoolSpec {
     /// Change: live (every entry is kept; the new policy decides from then on).
     #[serde(default = "defaults::eviction")]
     pub eviction: EvictionPolicy,
+
+    /// Where GetFlightInfo sends clients for the data: `direct` (the owning node's stable
+    /// pod DNS name, one hop, for clients inside the cluster) or `proxy` (no location:
+    /// the client calls DoGet on the address it dialled, e.g. a load balancer, and that
+    /// node forwards to the owner).
+    /// Change: live.
+    #[serde(default)]
+    pub location_mode: LocationMode,
 
     /// Copies of each key: 1, or 2 to keep serving a key while its owner restarts or
     /// fails. At most `shards`.
@@ -194,6 +202,7 @@ impl PoolSpec {
             ttl_mode: defaults::ttl_mode(),
             memory_limit: defaults::memory_limit(),
             eviction: defaults::eviction(),
+            location_mode: LocationMode::default(),
             replicas: defaults::replicas(),
             image: None,
             persistence: None,

@@ -28,6 +28,7 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
             .as_ref()
             .map(|_| format!("{}/auth/token", names::NODE_CONFIG_DIR)),
         shutdown_grace: Some("20s".into()),
+        location_mode: Some(pool.location_mode),
     }
 }
 
