@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use crds::node_config::{EvictionPolicy, NodeConfigError, NodeDocument, Topology, TtlMode};
+use crds::node_config::{
+    EvictionPolicy, LocationMode, NodeConfigError, NodeDocument, Topology, TtlMode,
+};
 use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
 use crate::store::{self, StoreConfig};
@@ -77,6 +79,10 @@ pub struct Cli {
     /// Log format: text or json [default: text].
     #[arg(long, env = "FLIGHTCACHE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+    /// GetFlightInfo endpoint locations: direct (the owner's address from the topology)
+    /// or proxy (no location: clients redeem the ticket where they asked) [default: direct].
+    #[arg(long, env = "FLIGHTCACHE_LOCATION_MODE")]
+    pub location_mode: Option<LocationMode>,
 }
 
 /// How logs are written.
@@ -159,6 +165,8 @@ pub struct Config {
     pub topology: Option<Topology>,
     /// Log format.
     pub log_format: LogFormat,
+    /// Which location GetFlightInfo endpoints carry (live).
+    pub location_mode: LocationMode,
 }
 
 impl Config {
@@ -190,6 +198,7 @@ impl Config {
             member_id,
             topology,
             log_format,
+            location_mode,
         } = cli;
         let NodeDocument {
             config: file,
@@ -258,6 +267,7 @@ impl Config {
             member_id,
             topology,
             log_format,
+            location_mode: location_mode.or(file.location_mode).unwrap_or_default(),
         })
     }
 }

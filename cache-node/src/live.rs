@@ -14,7 +14,7 @@
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crds::node_config::{NodeConfig, NodeDocument};
+use crds::node_config::{LocationMode, NodeConfig, NodeDocument};
 use crds::quantity::format_bytes;
 
 use crate::config::{store_eviction, store_ttl_mode, validate_store};
@@ -32,6 +32,7 @@ pub struct LiveConfig {
 struct LiveState {
     generation: u64,
     store: StoreConfig,
+    location_mode: LocationMode,
 }
 
 /// What applying a document did.
@@ -48,10 +49,19 @@ pub struct Applied {
 
 impl LiveConfig {
     /// The configuration the node started with.
-    pub fn new(generation: u64, store: StoreConfig) -> Self {
+    pub fn new(generation: u64, store: StoreConfig, location_mode: LocationMode) -> Self {
         Self {
-            state: Mutex::new(LiveState { generation, store }),
+            state: Mutex::new(LiveState {
+                generation,
+                store,
+                location_mode,
+            }),
         }
+    }
+
+    /// Which location GetFlightInfo endpoints carry now.
+    pub fn location_mode(&self) -> LocationMode {
+        self.state.lock().location_mode
     }
 
     /// The generation running now.
@@ -126,6 +136,12 @@ impl LiveConfig {
         );
         state.generation = generation;
         state.store = next;
+        if let Some(mode) = doc.location_mode {
+            if mode != state.location_mode {
+                tracing::info!(location_mode = mode.as_str(), "location mode changed");
+            }
+            state.location_mode = mode;
+        }
         Ok(Applied {
             generation,
             evicted: outcome.evicted_entries,

@@ -105,6 +105,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         member_id,
         topology,
         log_format: _,
+        location_mode,
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
@@ -112,7 +113,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         Store::new(store_config.clone(), Arc::new(SystemClock::new()))
             .map_err(|e| ServerError::Store(e.to_string()))?,
     );
-    let live = Arc::new(LiveConfig::new(generation, store_config));
+    let live = Arc::new(LiveConfig::new(generation, store_config, location_mode));
     let metrics = Arc::new(Metrics::new(
         Arc::clone(&store),
         Arc::clone(&live),

@@ -48,6 +48,16 @@ fn environment_variables_configure_the_node() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("lru or tinylfu"));
+    let output = node_binary()
+        .env("FLIGHTCACHE_LOCATION_MODE", "sideways")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--location-mode") && stderr.contains("direct or proxy"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -56,7 +66,7 @@ async fn a_changed_config_file_is_applied_live_without_dropping_entries() {
     let file = dir.path().join("node.json");
     std::fs::write(
         &file,
-        r#"{"generation": 1, "ttl": "1h", "maxEntries": 100}"#,
+        r#"{"generation": 1, "ttl": "1h", "maxEntries": 100, "locationMode": "proxy"}"#,
     )
     .unwrap();
     let node = start_node(&["--config", file.to_str().unwrap()]).await;
@@ -72,9 +82,10 @@ async fn a_changed_config_file_is_applied_live_without_dropping_entries() {
         .unwrap();
     }
     assert_eq!(stats(&mut client).await["generation"], 1);
+    assert_eq!(stats(&mut client).await["locationMode"], "proxy");
     std::fs::write(
         &file,
-        r#"{"generation": 2, "ttl": "2h", "maxEntries": 50, "eviction": "lru"}"#,
+        r#"{"generation": 2, "ttl": "2h", "maxEntries": 50, "eviction": "lru", "locationMode": "direct"}"#,
     )
     .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -88,6 +99,7 @@ async fn a_changed_config_file_is_applied_live_without_dropping_entries() {
     assert_eq!(stats["generation"], 2);
     assert_eq!(stats["ttl"], "2h");
     assert_eq!(stats["maxEntries"], 50);
+    assert_eq!(stats["locationMode"], "direct");
     assert_eq!(stats["entries"], 5, "entries that still fit are kept");
     // A broken file is ignored; the running config stays.
     std::fs::write(&file, r#"{"generation": 3, "ttl": "soon"}"#).unwrap();

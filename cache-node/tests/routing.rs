@@ -441,3 +441,66 @@ async fn concurrent_misses_through_any_node_get_one_fill_lease() {
     assert_eq!(&answer[..], br#"{"lease":"hit"}"#);
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn location_mode_direct_names_the_owner_and_proxy_names_no_location() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-2", "located", 1).remove(0);
+    let batch = sample_batch(64, 9);
+    let mut via0 = cluster.client(0).await;
+    put(&mut via0, path(&key), vec![batch.clone()], None)
+        .await
+        .unwrap();
+    assert_eq!(stats(&mut via0).await["locationMode"], "direct");
+    let info = via0.get_flight_info(path(&key)).await.unwrap();
+    assert_eq!(
+        info.endpoint[0].location[0].uri,
+        format!("grpc://{}", cluster.addresses[2])
+    );
+
+    // Switch node 0 (the one the client asks) to proxy, live; the owner stays direct.
+    let answer = action(&mut via0, "configure", br#"{"locationMode": "proxy"}"#)
+        .await
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["generation"], 1);
+    assert_eq!(stats(&mut via0).await["locationMode"], "proxy");
+    let info = via0.get_flight_info(path(&key)).await.unwrap();
+    assert!(info.endpoint[0].location.is_empty(), "{info:?}");
+    // Redeeming the ticket on the node asked works: it forwards the DoGet to the owner.
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    assert_eq!(get(&mut via0, ticket).await.unwrap(), vec![batch.clone()]);
+    // The owner in proxy mode answers its own keys without a location too.
+    let mut via2 = cluster.client(2).await;
+    action(&mut via2, "configure", br#"{"locationMode": "proxy"}"#)
+        .await
+        .unwrap();
+    let info = via2.get_flight_info(path(&key)).await.unwrap();
+    assert!(info.endpoint[0].location.is_empty(), "{info:?}");
+    // And back to direct.
+    action(&mut via0, "configure", br#"{"locationMode": "direct"}"#)
+        .await
+        .unwrap();
+    action(&mut via2, "configure", br#"{"locationMode": "direct"}"#)
+        .await
+        .unwrap();
+    let info = via0.get_flight_info(path(&key)).await.unwrap();
+    assert_eq!(
+        info.endpoint[0].location[0].uri,
+        format!("grpc://{}", cluster.addresses[2])
+    );
+    let err = action(&mut via0, "configure", br#"{"locationMode": "sideways"}"#)
+        .await
+        .unwrap_err();
+    assert_eq!(status(err).code(), Code::InvalidArgument);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_location_mode_flag_sets_the_starting_mode() {
+    let node = start_node(&["--location-mode", "proxy"]).await;
+    let mut client = client(&node).await;
+    assert_eq!(stats(&mut client).await["locationMode"], "proxy");
+    node.shutdown().await.unwrap();
+}

@@ -88,7 +88,7 @@ impl NodeAction {
             Self::Stats => "Return counters, limits and the config generation as JSON.",
             Self::Configure => {
                 "Apply a node config JSON document with live fields (generation, maxEntries, \
-                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction) and/or a ring topology."
+                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction, locationMode) and/or a ring topology."
             }
             Self::Topology => "Return this node's member id and the ring it routes by as JSON.",
             Self::Lease => {
@@ -207,6 +207,7 @@ pub fn stats_json(store: &Store, live: &LiveConfig) -> serde_json::Value {
         .collect();
     json!({
         "generation": live.generation(),
+        "locationMode": live.location_mode().as_str(),
         "entries": stats.entries,
         "usedBytes": stats.used_bytes,
         "reservedBytes": stats.reserved_bytes,

@@ -23,6 +23,7 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
+use crds::node_config::LocationMode;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
@@ -123,7 +124,11 @@ impl FlightCacheService {
     fn flight_info(&self, key: &CacheKey, entry: &Entry) -> Result<FlightInfo, Error> {
         let ticket = CacheTicket::new(key.clone()).encode();
         let mut endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket));
-        if let Some(address) = self.routing.self_address() {
+        // `proxy`: no location, so the client redeems the ticket on the address it asked
+        // (a Service, a load balancer) and that node forwards the DoGet.
+        if self.live.location_mode() == LocationMode::Direct
+            && let Some(address) = self.routing.self_address()
+        {
             endpoint = endpoint.with_location(format!("grpc://{address}"));
         }
         let remaining = entry.expires_at().saturating_sub(self.store.now());
@@ -279,14 +284,22 @@ impl FlightService for FlightCacheService {
                     self.flight_info(&key, &entry)
                 }
                 Route::Forward(peer) => {
-                    forward::get_flight_info(
+                    let mut info = forward::get_flight_info(
                         &self.peers,
                         &peer,
                         &self.sender(),
                         request.get_ref().clone(),
                         request.metadata(),
                     )
-                    .await
+                    .await?;
+                    // The node the client asked decides: in proxy mode the client must
+                    // come back here whatever the owner's own mode says.
+                    if self.live.location_mode() == LocationMode::Proxy {
+                        for endpoint in &mut info.endpoint {
+                            endpoint.location.clear();
+                        }
+                    }
+                    Ok(info)
                 }
             }
         }
