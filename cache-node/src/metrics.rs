@@ -41,6 +41,17 @@ pub struct Metrics {
     registry: Registry,
     handled: Family<HandledLabels, Counter>,
     handling_seconds: Family<MethodLabels, Histogram>,
+    /// Replica writes (to a key's second choice) that failed; the write still succeeded
+    /// on the owner.
+    pub replica_write_failures: Counter,
+    /// Entries handed to their owners by `rebalance` and removed here.
+    pub migrated_out_entries: Counter,
+    /// Bytes (entry weights) handed out by `rebalance`.
+    pub migrated_out_bytes: Counter,
+    /// Entries received from another node's `rebalance`.
+    pub migrated_in_entries: Counter,
+    /// Bytes (entry weights) received from another node's `rebalance`.
+    pub migrated_in_bytes: Counter,
 }
 
 impl Metrics {
@@ -70,10 +81,47 @@ impl Metrics {
             live,
             routing,
         }));
+        let replica_write_failures = Counter::default();
+        registry.register(
+            "replica_write_failures",
+            "Writes whose copy to the key's second choice failed (stored on the owner only)",
+            replica_write_failures.clone(),
+        );
+        let migrated_out_entries = Counter::default();
+        registry.register(
+            "migrated_out_entries",
+            "Entries handed to their owners by rebalance and removed here",
+            migrated_out_entries.clone(),
+        );
+        let migrated_out_bytes = Counter::default();
+        registry.register_with_unit(
+            "migrated_out",
+            "Entry bytes handed to their owners by rebalance",
+            Unit::Bytes,
+            migrated_out_bytes.clone(),
+        );
+        let migrated_in_entries = Counter::default();
+        registry.register(
+            "migrated_in_entries",
+            "Entries received from another node's rebalance",
+            migrated_in_entries.clone(),
+        );
+        let migrated_in_bytes = Counter::default();
+        registry.register_with_unit(
+            "migrated_in",
+            "Entry bytes received from another node's rebalance",
+            Unit::Bytes,
+            migrated_in_bytes.clone(),
+        );
         Self {
             registry,
             handled,
             handling_seconds,
+            replica_write_failures,
+            migrated_out_entries,
+            migrated_out_bytes,
+            migrated_in_entries,
+            migrated_in_bytes,
         }
     }
 
@@ -269,7 +317,7 @@ impl Collector for StoreCollector {
         }
         let mut metric_encoder = encoder.encode_descriptor(
             "evictions",
-            "Entries removed, by cause (expired, size, explicit, replaced)",
+            "Entries removed, by cause (expired, size, explicit, replaced, migrated)",
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;

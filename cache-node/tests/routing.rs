@@ -19,10 +19,15 @@ use tonic::Code;
 struct Cluster {
     nodes: Vec<Option<RunningNode>>,
     addresses: Vec<String>,
+    replicas: u8,
 }
 
 impl Cluster {
     async fn start(n: usize) -> Self {
+        Self::start_with_replicas(n, 1).await
+    }
+
+    async fn start_with_replicas(n: usize, replicas: u8) -> Self {
         let mut nodes = Vec::new();
         for i in 0..n {
             let id = format!("n-{i}");
@@ -32,7 +37,11 @@ impl Cluster {
             .iter()
             .map(|node| node.as_ref().unwrap().flight_addr.to_string())
             .collect();
-        let cluster = Self { nodes, addresses };
+        let cluster = Self {
+            nodes,
+            addresses,
+            replicas,
+        };
         cluster.publish(1, &[]).await;
         cluster
     }
@@ -51,7 +60,7 @@ impl Cluster {
                 json!({"id": format!("n-{i}"), "address": address, "state": state})
             })
             .collect();
-        json!({"version": version, "members": members})
+        json!({"version": version, "replicas": self.replicas, "members": members})
     }
 
     /// The ring the nodes route by, for picking keys by owner.
@@ -372,6 +381,7 @@ async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_chang
     let survivors = Cluster {
         nodes: Vec::new(),
         addresses: cluster.addresses.clone(),
+        replicas: 1,
     };
     let body = json!({"topology": survivors.topology(2, &[1])}).to_string();
     for i in [0, 2] {
@@ -503,4 +513,128 @@ async fn the_location_mode_flag_sets_the_starting_mode() {
     let mut client = client(&node).await;
     assert_eq!(stats(&mut client).await["locationMode"], "proxy");
     node.shutdown().await.unwrap();
+}
+
+fn node_index(id: &str) -> usize {
+    id.trim_start_matches("n-").parse().unwrap()
+}
+
+/// The ring's first two choices for path `key`, as node indices.
+fn two_owners(ring: &Ring, key: &str) -> (usize, usize) {
+    let owners = ring.owners(format!("P{key}").as_bytes(), 2);
+    (node_index(owners[0]), node_index(owners[1]))
+}
+
+fn holds(node: &RunningNode, key: &str) -> bool {
+    node.store.peek(format!("P{key}").as_bytes()).is_some()
+}
+
+#[tokio::test]
+async fn with_two_replicas_both_choices_hold_a_write_and_reads_survive_the_owner_stopping() {
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let ring = cluster.ring(&[]);
+    // Keys owned by n-1, written through n-0 (a non-owner) and n-1 itself.
+    let keys = keys_owned_by(&ring, "n-1", "replicated", 6);
+    let mut via0 = cluster.client(0).await;
+    let mut via1 = cluster.client(1).await;
+    let mut before = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let batches = vec![sample_batch(3000, i as i64), sample_batch(11, 5)];
+        let client = if i % 2 == 0 { &mut via0 } else { &mut via1 };
+        put(client, path(key), batches, Some(r#"{"ttl": "10m"}"#))
+            .await
+            .unwrap();
+        let (first, second) = two_owners(&ring, key);
+        assert_eq!(first, 1);
+        let third = 3 - first - second;
+        assert!(holds(cluster.node(first), key), "{key} on its owner");
+        assert!(
+            holds(cluster.node(second), key),
+            "{key} on its second choice"
+        );
+        assert!(
+            !holds(cluster.node(third), key),
+            "{key} only on its two choices"
+        );
+        // The copy keeps the per-entry TTL.
+        let copy = cluster
+            .node(second)
+            .store
+            .peek(format!("P{key}").as_bytes())
+            .unwrap();
+        assert_eq!(copy.ttl_override(), Some(Duration::from_secs(600)));
+        before.push(raw_get(cluster.node(1), key).await);
+    }
+    let text = scrape(cluster.node(1).metrics_addr).await;
+    assert!(
+        text.contains("flightcache_node_replica_write_failures_total 0\n"),
+        "{text}"
+    );
+
+    // The owner stops: every key is still served, byte for byte, through both others.
+    cluster.stop(1).await;
+    let mut via2 = cluster.client(2).await;
+    for (key, messages) in keys.iter().zip(&before) {
+        for i in [0, 2] {
+            assert_eq!(
+                &raw_get(cluster.node(i), key).await,
+                messages,
+                "{key} via n-{i}"
+            );
+        }
+        let info = via2.get_flight_info(path(key)).await.unwrap();
+        assert_eq!(info.total_records, 3011);
+        via0.get_schema(path(key)).await.unwrap();
+    }
+    // A key never written is still a miss, not UNAVAILABLE.
+    let missing = keys_owned_by(&ring, "n-1", "never", 1).remove(0);
+    let err = get(&mut via0, path_ticket(&missing)).await.unwrap_err();
+    assert_eq!(status(err).code(), Code::NotFound);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_two_replicas_invalidate_removes_both_copies_and_a_down_replica_does_not_fail_writes()
+{
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-0", "inv", 1).remove(0);
+    let (first, second) = two_owners(&ring, &key);
+    let mut via2 = cluster.client(2).await;
+    put(&mut via2, path(&key), vec![sample_batch(10, 0)], None)
+        .await
+        .unwrap();
+    assert!(holds(cluster.node(first), &key) && holds(cluster.node(second), &key));
+    let answer = action(&mut via2, "invalidate", key.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(&answer[..], br#"{"removed":true}"#);
+    assert!(!holds(cluster.node(first), &key) && !holds(cluster.node(second), &key));
+
+    // A key whose second choice is down: the write succeeds on the owner and is counted.
+    let third = 3 - first - second;
+    cluster.stop(second).await;
+    let mut via_owner = cluster.client(first).await;
+    let batch = sample_batch(20, 1);
+    put(&mut via_owner, path(&key), vec![batch.clone()], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut cluster.client(third).await, path_ticket(&key))
+            .await
+            .unwrap(),
+        vec![batch]
+    );
+    let text = scrape(cluster.node(first).metrics_addr).await;
+    assert!(
+        text.contains("flightcache_node_replica_write_failures_total 1\n"),
+        "{text}"
+    );
+    // Invalidating while a copy is unreachable says so (the reachable copy is removed).
+    let err = action(&mut via_owner, "invalidate", key.as_bytes())
+        .await
+        .unwrap_err();
+    assert_eq!(status(err).code(), Code::Unavailable);
+    assert!(!holds(cluster.node(first), &key));
+    cluster.shutdown().await;
 }

@@ -19,9 +19,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{
-    Action, FlightData, FlightDescriptor, FlightInfo, PutResult, SchemaResult, Ticket,
+    Action, Criteria, FlightData, FlightDescriptor, FlightInfo, PutResult, SchemaResult, Ticket,
 };
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -31,8 +32,10 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status, Streaming};
 
 use crate::error::{Error, Result};
-use crate::flight::FlightStream;
+use crate::flight::{FlightStream, MAX_FLIGHT_DATA_BYTES};
+use crate::key::CacheKey;
 use crate::routing::members::{ForwardedBy, Peer};
+use crate::store::{Entry, Lifetime};
 
 /// Header naming the member that forwarded a request.
 pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
@@ -42,6 +45,64 @@ pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a peer may take to answer a forwarded call (DoGet: to start answering).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Header marking a DoPut as a copy the receiver stores locally, never forwarding or
+/// replicating it again: `replica` (a write's second copy) or `migration` (a handover
+/// by `rebalance`, stored only where the key is absent).
+pub const WRITE_HEADER: &str = "x-flightcache-write";
+/// Handover headers (milliseconds): the entry's age and idle time at the sender, the
+/// time left until the sender's deadline, and its per-entry TTL override if it has one.
+pub const AGE_HEADER: &str = "x-flightcache-entry-age-ms";
+/// See [`AGE_HEADER`].
+pub const IDLE_HEADER: &str = "x-flightcache-entry-idle-ms";
+/// See [`AGE_HEADER`].
+pub const REMAINING_HEADER: &str = "x-flightcache-entry-remaining-ms";
+/// See [`AGE_HEADER`].
+pub const TTL_HEADER: &str = "x-flightcache-entry-ttl-ms";
+
+/// What kind of copy a DoPut marked with [`WRITE_HEADER`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// The second copy of a write, sent by the key's owner after it committed.
+    Replica,
+    /// An entry handed over by `rebalance`.
+    Migration,
+}
+
+impl WriteKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Replica => "replica",
+            Self::Migration => "migration",
+        }
+    }
+}
+
+/// The copy kind of a DoPut, if it is one.
+pub fn write_kind(metadata: &MetadataMap) -> Option<WriteKind> {
+    match metadata.get(WRITE_HEADER)?.to_str().ok()? {
+        "replica" => Some(WriteKind::Replica),
+        "migration" => Some(WriteKind::Migration),
+        _ => None,
+    }
+}
+
+/// The lifetime a copy carries in its headers (fresh for a plain put).
+pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Lifetime {
+    let millis = |name: &str| {
+        metadata
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_millis)
+    };
+    Lifetime {
+        ttl_override: millis(TTL_HEADER),
+        age: millis(AGE_HEADER).unwrap_or_default(),
+        idle: millis(IDLE_HEADER).unwrap_or_default(),
+        remaining: millis(REMAINING_HEADER),
+        if_absent: kind == Some(WriteKind::Migration),
+    }
+}
 
 /// The pooled channels to peers, one per address.
 #[derive(Debug, Clone, Default)]
@@ -264,6 +325,82 @@ pub async fn do_action(
     })
     .await?;
     Ok(first.map(|result| result.body).unwrap_or_default())
+}
+
+/// Sends a stored entry to `peer` as a DoPut marked `kind`, with its lifetime in the
+/// handover headers, and waits for the peer to store it (at most [`CALL_TIMEOUT`]).
+/// Returns the peer's PutResult metadata.
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`] or the peer's status.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_entry(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    key: &CacheKey,
+    entry: &Entry,
+    kind: WriteKind,
+    lifetime: &Lifetime,
+    incoming: &MetadataMap,
+) -> Result<Bytes> {
+    let mut client = peers.client(peer)?;
+    let batches = entry.batches().to_vec();
+    let upload = FlightDataEncoderBuilder::new()
+        .with_schema(entry.schema().clone())
+        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+        .with_flight_descriptor(Some(key.to_descriptor()))
+        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        // Encoding stored batches cannot fail short of a bug; end the upload there and
+        // the receiver refuses the short stream.
+        .take_while(|message| futures::future::ready(message.is_ok()))
+        .filter_map(|message| futures::future::ready(message.ok()));
+    let mut request = outgoing(upload, incoming, sender);
+    let metadata = request.metadata_mut();
+    metadata.insert(WRITE_HEADER, MetadataValue::from_static(kind.as_str()));
+    let millis =
+        |d: Duration| MetadataValue::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    metadata.insert(AGE_HEADER, millis(lifetime.age));
+    metadata.insert(IDLE_HEADER, millis(lifetime.idle));
+    if let Some(remaining) = lifetime.remaining {
+        metadata.insert(REMAINING_HEADER, millis(remaining));
+    }
+    if let Some(ttl) = lifetime.ttl_override {
+        metadata.insert(TTL_HEADER, millis(ttl));
+    }
+    let reply = with_deadline(peer, async {
+        let mut results = client.do_put(request).await?.into_inner();
+        results.message().await
+    })
+    .await?;
+    Ok(reply.map(|result| result.app_metadata).unwrap_or_default())
+}
+
+/// Asks `peer` for its own entries matching `criteria` (marked forwarded, so it lists
+/// locally and does not fan out again).
+///
+/// # Errors
+/// [`Error::OwnerUnreachable`] or the peer's status.
+pub async fn list_flights(
+    peers: &Peers,
+    peer: &Peer,
+    sender: &Sender,
+    criteria: Criteria,
+    incoming: &MetadataMap,
+) -> Result<Vec<FlightInfo>> {
+    let mut client = peers.client(peer)?;
+    with_deadline(peer, async {
+        let mut infos = client
+            .list_flights(outgoing(criteria, incoming, sender))
+            .await?
+            .into_inner();
+        let mut all = Vec::new();
+        while let Some(info) = infos.message().await? {
+            all.push(info);
+        }
+        Ok(all)
+    })
+    .await
 }
 
 async fn relay_upload(

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod forward;
 pub mod lease;
 pub mod put;
+mod replica;
 pub mod ticket;
 
 use std::sync::Arc;
@@ -157,6 +158,17 @@ impl FlightCacheService {
     }
 }
 
+/// A stored entry as a FlightData stream (schema first, messages under the size cap).
+fn encode_entry(entry: &Entry) -> FlightStream<FlightData> {
+    let batches = futures::stream::iter(entry.batches().to_vec().into_iter().map(Ok));
+    FlightDataEncoderBuilder::new()
+        .with_schema(entry.schema().clone())
+        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+        .build(batches)
+        .map_err(|err| Status::from(Error::Encode(err)))
+        .boxed()
+}
+
 /// Finishes `timer` with the outcome of `result` and converts errors to a Status.
 fn finish<T>(timer: crate::metrics::RpcTimer, result: Result<T, Error>) -> Result<T, Status> {
     match result {
@@ -278,30 +290,30 @@ impl FlightService for FlightCacheService {
         let result = async {
             self.auth.check(request.metadata())?;
             let key = CacheKey::from_descriptor(request.get_ref())?;
-            match self.route(&key, request.metadata())? {
-                Route::Local => {
-                    let entry = self.lookup_for_info(&key)?;
-                    self.flight_info(&key, &entry)
-                }
-                Route::Forward(peer) => {
-                    let mut info = forward::get_flight_info(
-                        &self.peers,
-                        &peer,
-                        &self.sender(),
-                        request.get_ref().clone(),
-                        request.metadata(),
-                    )
-                    .await?;
-                    // The node the client asked decides: in proxy mode the client must
-                    // come back here whatever the owner's own mode says.
-                    if self.live.location_mode() == LocationMode::Proxy {
-                        for endpoint in &mut info.endpoint {
-                            endpoint.location.clear();
+            let sender = self.sender();
+            let mut info = self
+                .read_copies(
+                    &key,
+                    request.metadata(),
+                    || self.flight_info(&key, &*self.lookup_for_info(&key)?),
+                    |peer| {
+                        let descriptor = request.get_ref().clone();
+                        let (peers, sender, metadata) = (&self.peers, &sender, request.metadata());
+                        async move {
+                            forward::get_flight_info(peers, &peer, sender, descriptor, metadata)
+                                .await
                         }
-                    }
-                    Ok(info)
+                    },
+                )
+                .await?;
+            // The node the client asked decides: in proxy mode the client must come back
+            // here whatever the owner's own mode says.
+            if self.live.location_mode() == LocationMode::Proxy {
+                for endpoint in &mut info.endpoint {
+                    endpoint.location.clear();
                 }
             }
+            Ok(info)
         }
         .await;
         finish(timer, result.map(Response::new))
@@ -328,24 +340,25 @@ impl FlightService for FlightCacheService {
         let result = async {
             self.auth.check(request.metadata())?;
             let key = CacheKey::from_descriptor(request.get_ref())?;
-            match self.route(&key, request.metadata())? {
-                Route::Local => {
+            let sender = self.sender();
+            self.read_copies(
+                &key,
+                request.metadata(),
+                || {
                     let entry = self.lookup_for_info(&key)?;
                     let options = IpcWriteOptions::default();
                     let schema = SchemaAsIpc::new(entry.schema(), &options);
                     SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))
-                }
-                Route::Forward(peer) => {
-                    forward::get_schema(
-                        &self.peers,
-                        &peer,
-                        &self.sender(),
-                        request.get_ref().clone(),
-                        request.metadata(),
-                    )
-                    .await
-                }
-            }
+                },
+                |peer| {
+                    let descriptor = request.get_ref().clone();
+                    let (peers, sender, metadata) = (&self.peers, &sender, request.metadata());
+                    async move {
+                        forward::get_schema(peers, &peer, sender, descriptor, metadata).await
+                    }
+                },
+            )
+            .await
         }
         .await;
         finish(timer, result.map(Response::new))
@@ -357,40 +370,36 @@ impl FlightService for FlightCacheService {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         let timer = self.metrics.rpc("DoGet");
-        let routed = self.auth.check(request.metadata()).and_then(|()| {
-            let ticket = CacheTicket::try_decode(&request.get_ref().ticket)?;
-            let route = self.route(&ticket.key, request.metadata())?;
-            Ok((ticket, route))
-        });
-        let looked_up = match routed {
-            Ok((ticket, Route::Local)) => {
-                let store_key = ticket.key.to_store_bytes();
-                self.store.get(&store_key).ok_or_else(|| Error::UnknownKey {
-                    key: ticket.key.to_string(),
-                })
-            }
-            Ok((_, Route::Forward(peer))) => {
-                let (metadata, _, ticket) = request.into_parts();
-                let relayed =
-                    forward::do_get(&self.peers, &peer, &self.sender(), ticket, &metadata).await;
-                return match relayed {
-                    Ok(stream) => Ok(Response::new(timed(stream, timer))),
-                    Err(err) => finish(timer, Err(err)),
-                };
-            }
-            Err(err) => Err(err),
-        };
-        let entry = match looked_up {
-            Ok(entry) => entry,
-            Err(err) => return finish(timer, Err(err)),
-        };
-        let batches = futures::stream::iter(entry.batches().to_vec().into_iter().map(Ok));
-        let encoded = FlightDataEncoderBuilder::new()
-            .with_schema(entry.schema().clone())
-            .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-            .build(batches);
-        let stream = encoded.map_err(|err| Status::from(Error::Encode(err)));
-        Ok(Response::new(timed(stream, timer)))
+        let (metadata, _, ticket) = request.into_parts();
+        let result = async {
+            self.auth.check(&metadata)?;
+            let key = CacheTicket::try_decode(&ticket.ticket)?.key;
+            let sender = self.sender();
+            self.read_copies(
+                &key,
+                &metadata,
+                || {
+                    let entry =
+                        self.store
+                            .get(&key.to_store_bytes())
+                            .ok_or_else(|| Error::UnknownKey {
+                                key: key.to_string(),
+                            })?;
+                    Ok(encode_entry(&entry))
+                },
+                |peer| {
+                    let ticket = ticket.clone();
+                    let (peers, sender, metadata) = (&self.peers, &sender, &metadata);
+                    async move { forward::do_get(peers, &peer, sender, ticket, metadata).await }
+                },
+            )
+            .await
+        }
+        .await;
+        match result {
+            Ok(stream) => Ok(Response::new(timed(stream, timer))),
+            Err(err) => finish(timer, Err(err)),
+        }
     }
 
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "DoPut"))]
@@ -405,13 +414,29 @@ impl FlightService for FlightCacheService {
         let (metadata, _, mut input) = request.into_parts();
         let result = async {
             let (first, key) = put::read_first(&mut input).await?;
-            match self.route(&key, &metadata)? {
+            // A copy (replica write, handover) is stored here, never forwarded again.
+            let copy = forward::write_kind(&metadata);
+            let route = match copy {
+                Some(_) => Route::Local,
+                None => self.route(&key, &metadata)?,
+            };
+            match route {
                 Route::Local => {
                     let store_key = key.to_store_bytes();
-                    let ingested = put::ingest(&self.store, key, first, input).await;
+                    let lifetime = forward::carried_lifetime(&metadata, copy);
+                    let ingested =
+                        put::ingest(&self.store, key.clone(), first, input, lifetime).await;
                     // Stored or refused, the put ends any fill lease on the key.
                     self.leases.release(&store_key);
                     let summary = ingested?;
+                    match copy {
+                        None => self.replicate(&key, &metadata).await,
+                        Some(forward::WriteKind::Migration) if !summary.kept_existing => {
+                            self.metrics.migrated_in_entries.inc();
+                            self.metrics.migrated_in_bytes.inc_by(summary.bytes);
+                        }
+                        Some(_) => {}
+                    }
                     let metadata = serde_json::to_vec(&summary).unwrap_or_default();
                     let reply = PutResult {
                         app_metadata: Bytes::from(metadata),
@@ -457,6 +482,12 @@ impl FlightService for FlightCacheService {
                                 .acquire(&key.to_store_bytes(), &self.store)
                                 .await;
                             Bytes::from(serde_json::to_vec(&outcome).unwrap_or_default())
+                        }
+                        Route::Local | Route::Forward(_)
+                            if kind == actions::NodeAction::Invalidate =>
+                        {
+                            let removed = self.invalidate_copies(&key, action, metadata).await?;
+                            Bytes::from(json!({ "removed": removed }).to_string())
                         }
                         Route::Local => actions::run(
                             kind,

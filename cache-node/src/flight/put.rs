@@ -34,7 +34,7 @@ use tonic::Streaming;
 
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
-use crate::store::{self, Store, batch_weight, compact_batch};
+use crate::store::{self, Lifetime, Store, batch_weight, compact_batch};
 
 /// Options a client may send in the first message's `app_metadata`.
 #[derive(Debug, Default, Deserialize)]
@@ -56,6 +56,10 @@ pub struct PutSummary {
     pub bytes: u64,
     /// The entry's TTL in milliseconds.
     pub ttl_ms: u64,
+    /// A handover (`x-flightcache-write: migration`) found a live entry under the key and
+    /// kept it; nothing was stored. Absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kept_existing: bool,
 }
 
 fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
@@ -99,7 +103,9 @@ pub async fn read_first(input: &mut Streaming<FlightData>) -> Result<(FlightData
     Ok((first, key))
 }
 
-/// Reads the rest of a DoPut stream (after [`read_first`]) into the store.
+/// Reads the rest of a DoPut stream (after [`read_first`]) into the store, with the
+/// `lifetime` a handover carries ([`Lifetime::default`] for a client's put; a TTL in
+/// the put options replaces its `ttl_override`).
 ///
 /// # Errors
 /// Bad descriptor, options or IPC stream (INVALID_ARGUMENT), a schema change
@@ -110,11 +116,12 @@ pub async fn ingest(
     key: CacheKey,
     first: FlightData,
     input: Streaming<FlightData>,
+    lifetime: Lifetime,
 ) -> Result<PutSummary> {
-    let mut ttl_override = None;
+    let mut ttl_override = lifetime.ttl_override;
     let mut options_seen = !first.app_metadata.is_empty();
     if options_seen {
-        ttl_override = parse_options(&first.app_metadata)?;
+        ttl_override = parse_options(&first.app_metadata)?.or(ttl_override);
     }
     let max_entry_bytes = store.config().max_entry_bytes;
     let mut pending = store.begin_put(key.to_store_bytes());
@@ -158,7 +165,7 @@ pub async fn ingest(
         };
         if !options_seen && batches.is_empty() && !decoded.inner.app_metadata.is_empty() {
             options_seen = true;
-            ttl_override = parse_options(&decoded.inner.app_metadata)?;
+            ttl_override = parse_options(&decoded.inner.app_metadata)?.or(ttl_override);
         }
         match decoded.payload {
             DecodedPayload::None => {}
@@ -190,8 +197,12 @@ pub async fn ingest(
         Error::BadPutStream("the stream carried no schema; a DoPut needs at least a schema".into())
     })?;
     let batch_count = batches.len() as u64;
+    let lifetime = Lifetime {
+        ttl_override,
+        ..lifetime
+    };
     let outcome = pending
-        .commit(schema, batches, ttl_override)
+        .commit_with(schema, batches, lifetime)
         .map_err(store_error(&key))?;
     let ttl = ttl_override.unwrap_or(store.config().ttl);
     tracing::debug!(%key, rows, bytes = outcome.weight_bytes, "stored entry");
@@ -200,6 +211,7 @@ pub async fn ingest(
         batches: batch_count,
         bytes: outcome.weight_bytes,
         ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        kept_existing: outcome.kept_existing,
     })
 }
 

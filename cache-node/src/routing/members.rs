@@ -71,6 +71,17 @@ impl Membership {
         &self.topology
     }
 
+    /// Copies of each key (1 or 2): a key lives on its first `replicas` choices.
+    pub fn replicas(&self) -> usize {
+        usize::from(self.topology.replicas.max(1))
+    }
+
+    /// The members that hold `key` (store bytes), best first: its first
+    /// [`replicas`](Self::replicas) active choices.
+    pub fn owners(&self, key: &[u8]) -> Vec<&MemberId> {
+        self.ring.owners(key, self.replicas())
+    }
+
     /// The member with `id`, with its address.
     pub fn peer(&self, id: &str) -> Option<Peer> {
         self.topology
@@ -101,35 +112,55 @@ pub struct ForwardedBy {
     pub ring_version: u64,
 }
 
-/// Decides where a key is served. Pure.
-///
-/// A request that was already forwarded is never forwarded again: it is served here when
-/// this node owns the key, or when the sender routed by a newer ring than ours (we are
-/// behind and the sender knows better); otherwise the rings disagree and the request is
-/// refused with UNAVAILABLE so the sender retries once the rings agree.
+/// Decides where a key is served: the first of [`choices`]. Pure.
 ///
 /// # Errors
-/// [`Error::NoOwner`] when no member is active, [`Error::RingDisagreement`] as above.
+/// As [`choices`].
 pub fn decide(
     membership: Option<&Membership>,
     self_id: Option<&str>,
     key: &[u8],
     forwarded: Option<&ForwardedBy>,
 ) -> Result<Route> {
+    let mut choices = choices(membership, self_id, key, forwarded)?;
+    // `choices` never returns an empty list.
+    Ok(if choices.is_empty() {
+        Route::Local
+    } else {
+        choices.swap_remove(0)
+    })
+}
+
+/// Where a key is held, best first: one route per copy (the owner, then with
+/// `replicas: 2` its second choice), each [`Route::Local`] for this node or a
+/// [`Route::Forward`] to the member. Never empty. Pure.
+///
+/// A request that was already forwarded is never forwarded again: it is served here
+/// ([`Route::Local`] alone) when this node holds a copy of the key, or when the sender
+/// routed by a newer ring than ours (we are behind and the sender knows better);
+/// otherwise the rings disagree and the request is refused with UNAVAILABLE so the sender
+/// retries once the rings agree.
+///
+/// # Errors
+/// [`Error::NoOwner`] when no member is active, [`Error::RingDisagreement`] as above.
+pub fn choices(
+    membership: Option<&Membership>,
+    self_id: Option<&str>,
+    key: &[u8],
+    forwarded: Option<&ForwardedBy>,
+) -> Result<Vec<Route>> {
     let Some(membership) = membership else {
-        return Ok(Route::Local);
+        return Ok(vec![Route::Local]);
     };
     let version = membership.ring.version();
-    let owner = membership
-        .ring
-        .owner(key)
-        .ok_or(Error::NoOwner { version })?;
-    if Some(owner.as_str()) == self_id {
-        return Ok(Route::Local);
-    }
+    let owners = membership.owners(key);
+    let Some(&owner) = owners.first() else {
+        return Err(Error::NoOwner { version });
+    };
+    let is_self = |id: &MemberId| Some(id.as_str()) == self_id;
     if let Some(by) = forwarded {
-        if by.ring_version > version {
-            return Ok(Route::Local);
+        if owners.iter().any(|id| is_self(id)) || by.ring_version > version {
+            return Ok(vec![Route::Local]);
         }
         return Err(Error::RingDisagreement {
             from: by.member.clone(),
@@ -138,8 +169,19 @@ pub fn decide(
             version,
         });
     }
-    let peer = membership.peer(owner).ok_or(Error::NoOwner { version })?;
-    Ok(Route::Forward(peer))
+    owners
+        .into_iter()
+        .map(|id| {
+            if is_self(id) {
+                Ok(Route::Local)
+            } else {
+                membership
+                    .peer(id)
+                    .map(Route::Forward)
+                    .ok_or(Error::NoOwner { version })
+            }
+        })
+        .collect()
 }
 
 /// What installing a topology did.
@@ -202,6 +244,15 @@ impl RoutingTable {
     pub fn route(&self, key: &[u8], forwarded: Option<&ForwardedBy>) -> Result<Route> {
         let current = self.current();
         decide(current.as_deref(), self.self_id(), key, forwarded)
+    }
+
+    /// Where `key` (store bytes) is held, best first; see [`choices`].
+    ///
+    /// # Errors
+    /// See [`choices`].
+    pub fn choices(&self, key: &[u8], forwarded: Option<&ForwardedBy>) -> Result<Vec<Route>> {
+        let current = self.current();
+        choices(current.as_deref(), self.self_id(), key, forwarded)
     }
 
     /// This node's own address in the topology (for GetFlightInfo locations).
@@ -342,6 +393,38 @@ mod tests {
             decide(Some(&membership), Some("n-0"), &theirs, Some(&by(4))).unwrap(),
             Route::Local
         );
+    }
+
+    #[test]
+    fn with_two_replicas_a_key_has_two_choices_and_both_serve_forwarded_requests() {
+        let mut doc = three(4);
+        doc.replicas = 2;
+        let membership = Membership::new(doc).unwrap();
+        let key = key_owned_by(&membership, "n-0");
+        let second = membership.owners(&key)[1].clone();
+        let third = ["n-1", "n-2"].into_iter().find(|id| *id != second).unwrap();
+        let peer = |id: &str| Route::Forward(membership.peer(id).unwrap());
+        assert_eq!(
+            choices(Some(&membership), Some("n-0"), &key, None).unwrap(),
+            vec![Route::Local, peer(&second)]
+        );
+        assert_eq!(
+            choices(Some(&membership), Some(&second), &key, None).unwrap(),
+            vec![peer("n-0"), Route::Local]
+        );
+        assert_eq!(
+            choices(Some(&membership), Some(third), &key, None).unwrap(),
+            vec![peer("n-0"), peer(&second)]
+        );
+        let by = ForwardedBy {
+            member: "n-0".into(),
+            ring_version: 4,
+        };
+        assert_eq!(
+            choices(Some(&membership), Some(&second), &key, Some(&by)).unwrap(),
+            vec![Route::Local]
+        );
+        assert!(choices(Some(&membership), Some(third), &key, Some(&by)).is_err());
     }
 
     #[test]

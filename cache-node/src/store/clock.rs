@@ -18,14 +18,21 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> Duration;
 }
 
-/// The production clock: a monotonic [`Instant`] taken when the clock was built.
+/// The production clock: a monotonic [`Instant`] taken when the clock was built, read
+/// as [`SystemClock::START`] plus the time elapsed since.
+///
+/// The offset lets an entry handed over from another node keep its age: its insert time
+/// (`now - age`) is representable even when the entry is older than this process.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     epoch: Instant,
 }
 
 impl SystemClock {
-    /// Creates a clock whose epoch is the moment of this call.
+    /// What the clock reads when it is built: ten years, longer than any TTL or entry age.
+    pub const START: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+    /// Creates a clock that reads [`SystemClock::START`] at the moment of this call.
     pub fn new() -> Self {
         Self {
             epoch: Instant::now(),
@@ -41,7 +48,7 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        self.epoch.elapsed()
+        Self::START + self.epoch.elapsed()
     }
 }
 

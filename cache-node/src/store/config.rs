@@ -86,24 +86,28 @@ pub enum RemovalCause {
     Explicit,
     /// A newer put for the same key replaced it.
     Replaced,
+    /// It was handed to the key's owners (the `rebalance` action) and removed here.
+    Migrated,
 }
 
 impl RemovalCause {
     /// Every cause, in a stable order (for metric registration).
-    pub const ALL: [RemovalCause; 4] = [
+    pub const ALL: [RemovalCause; 5] = [
         RemovalCause::Expired,
         RemovalCause::Size,
         RemovalCause::Explicit,
         RemovalCause::Replaced,
+        RemovalCause::Migrated,
     ];
 
-    /// The metric label: `"expired"`, `"size"`, `"explicit"` or `"replaced"`.
+    /// The metric label: `"expired"`, `"size"`, `"explicit"`, `"replaced"` or `"migrated"`.
     pub fn as_str(self) -> &'static str {
         match self {
             RemovalCause::Expired => "expired",
             RemovalCause::Size => "size",
             RemovalCause::Explicit => "explicit",
             RemovalCause::Replaced => "replaced",
+            RemovalCause::Migrated => "migrated",
         }
     }
 }
@@ -204,6 +208,9 @@ mod tests {
             .iter()
             .map(|cause| cause.as_str())
             .collect();
-        assert_eq!(labels, ["expired", "size", "explicit", "replaced"]);
+        assert_eq!(
+            labels,
+            ["expired", "size", "explicit", "replaced", "migrated"]
+        );
     }
 }

@@ -113,6 +113,8 @@ pub struct RemovalCounts {
     pub explicit: u64,
     /// Entries replaced by a newer put under the same key.
     pub replaced: u64,
+    /// Entries handed to their owners and removed here.
+    pub migrated: u64,
 }
 
 impl RemovalCounts {
@@ -123,6 +125,7 @@ impl RemovalCounts {
             RemovalCause::Size => self.size,
             RemovalCause::Explicit => self.explicit,
             RemovalCause::Replaced => self.replaced,
+            RemovalCause::Migrated => self.migrated,
         }
     }
 
@@ -132,6 +135,7 @@ impl RemovalCounts {
             RemovalCause::Size => &mut self.size,
             RemovalCause::Explicit => &mut self.explicit,
             RemovalCause::Replaced => &mut self.replaced,
+            RemovalCause::Migrated => &mut self.migrated,
         };
         *counter += 1;
     }
@@ -177,6 +181,38 @@ pub struct CommitOutcome {
     pub evicted: u64,
     /// The new entry's deadline on the store clock.
     pub expires_at: Duration,
+    /// Nothing was installed: the put asked to store only if absent
+    /// ([`Lifetime::if_absent`]) and a live entry was already there.
+    pub kept_existing: bool,
+}
+
+/// How long a committed entry lives: its TTL override, and for an entry handed over from
+/// another node the age it already has there. [`Lifetime::default`] is a fresh put.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifetime {
+    /// Replaces the store TTL for this entry.
+    pub ttl_override: Option<Duration>,
+    /// Time since the entry was first written (its insert time becomes `now - age`).
+    pub age: Duration,
+    /// Time since it was last read or written (its last access becomes `now - idle`).
+    pub idle: Duration,
+    /// Its deadline is at most `now + remaining` (the sender's deadline, never extended
+    /// by a handover).
+    pub remaining: Option<Duration>,
+    /// Install only if no live entry is stored under the key (a handover must not
+    /// overwrite a newer write); otherwise keep the stored one.
+    pub if_absent: bool,
+}
+
+/// One stored entry with the bookkeeping a handover needs ([`Store::handoff_list`]).
+#[derive(Debug, Clone)]
+pub struct HandoffEntry {
+    /// The store key.
+    pub key: Bytes,
+    /// The entry.
+    pub entry: Arc<Entry>,
+    /// When it was last read or written, on the store clock.
+    pub last_access: Duration,
 }
 
 /// What a [`Store::reconfigure`] did.
@@ -338,6 +374,28 @@ impl Store {
     pub fn list(&self, prefix: &[u8]) -> Vec<(Bytes, Arc<Entry>)> {
         let now = self.shared.clock.now();
         self.shared.with_inner(|inner| inner.list(prefix, now))
+    }
+
+    /// Every live entry, hottest first: most hits, then most recently used. What a
+    /// handover sends first, so the hot set lands first if the receiver is tight.
+    pub fn handoff_list(&self) -> Vec<HandoffEntry> {
+        let now = self.shared.clock.now();
+        let mut entries = self.shared.with_inner(|inner| inner.handoff_list(now));
+        entries.sort_by(|a, b| {
+            b.entry
+                .hits()
+                .cmp(&a.entry.hits())
+                .then(b.last_access.cmp(&a.last_access))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        entries
+    }
+
+    /// Removes `key` with cause `Migrated` if it still holds `entry` (not a newer put).
+    /// Returns whether it was removed.
+    pub fn remove_migrated(&self, key: &[u8], entry: &Arc<Entry>) -> bool {
+        self.shared
+            .with_inner(|inner| inner.remove_if_same(key, entry, RemovalCause::Migrated))
     }
 
     /// Removes every expired entry (cause `Expired`) and returns how many. Costs

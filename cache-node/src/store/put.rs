@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::state::{Inner, NewEntry};
 use super::weight::entry_weight;
-use super::{CommitOutcome, Result, Shared};
+use super::{CommitOutcome, Lifetime, Result, Shared};
 
 /// A put in progress, from [`Store::begin_put`](super::Store::begin_put) until
 /// [`commit`](Self::commit) or drop.
@@ -95,6 +95,26 @@ impl PendingPut {
         batches: Vec<RecordBatch>,
         ttl_override: Option<Duration>,
     ) -> Result<CommitOutcome> {
+        let lifetime = Lifetime {
+            ttl_override,
+            ..Lifetime::default()
+        };
+        self.commit_with(schema, batches, lifetime)
+    }
+
+    /// [`commit`](Self::commit) with a full [`Lifetime`]: an entry handed over from
+    /// another node keeps its age, idle time and deadline, and may ask to be installed
+    /// only where the key is absent ([`CommitOutcome::kept_existing`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`commit`](Self::commit).
+    pub fn commit_with(
+        self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        lifetime: Lifetime,
+    ) -> Result<CommitOutcome> {
         let key_bytes = u64::try_from(self.key.len()).unwrap_or(u64::MAX);
         let weight = entry_weight(&batches).saturating_add(key_bytes);
         let new_entry = NewEntry {
@@ -102,7 +122,7 @@ impl PendingPut {
             schema,
             batches,
             weight,
-            ttl_override,
+            lifetime,
         };
         let now = self.shared.clock.now();
         self.shared

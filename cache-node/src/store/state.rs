@@ -19,7 +19,7 @@ use super::entry::Entry;
 use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
 use super::expiry::{ExpiryIndex, compute_deadline};
 use super::sketch::FrequencySketch;
-use super::{CommitOutcome, Error, RemovalCounts, Result, StoreStats};
+use super::{CommitOutcome, Error, HandoffEntry, Lifetime, RemovalCounts, Result, StoreStats};
 
 mod reconfigure;
 
@@ -50,7 +50,7 @@ pub(crate) struct NewEntry {
     pub(crate) schema: SchemaRef,
     pub(crate) batches: Vec<RecordBatch>,
     pub(crate) weight: u64,
-    pub(crate) ttl_override: Option<Duration>,
+    pub(crate) lifetime: Lifetime,
 }
 
 /// Everything the store lock protects.
@@ -155,6 +155,38 @@ impl Inner {
             .collect()
     }
 
+    pub(crate) fn handoff_list(&self, now: Duration) -> Vec<HandoffEntry> {
+        self.index
+            .values()
+            .filter_map(|&id| self.slot(id))
+            .filter(|slot| slot.deadline > now)
+            .map(|slot| HandoffEntry {
+                key: slot.key.clone(),
+                entry: Arc::clone(&slot.entry),
+                last_access: slot.last_access,
+            })
+            .collect()
+    }
+
+    pub(crate) fn remove_if_same(
+        &mut self,
+        key: &[u8],
+        entry: &Arc<Entry>,
+        cause: RemovalCause,
+    ) -> bool {
+        let Some(&id) = self.index.get(key) else {
+            return false;
+        };
+        if !self
+            .slot(id)
+            .is_some_and(|slot| Arc::ptr_eq(&slot.entry, entry))
+        {
+            return false;
+        }
+        self.remove_slot(id, cause);
+        true
+    }
+
     // ----- two-phase puts -----
 
     pub(crate) fn begin_put(&mut self, key: Bytes) -> u64 {
@@ -256,6 +288,19 @@ impl Inner {
             });
         }
         let mut replaced = false;
+        if new.lifetime.if_absent
+            && let Some(&old) = self.index.get(&put.key)
+            && let Some(slot) = self.slot(old)
+            && slot.deadline > now
+        {
+            return Ok(CommitOutcome {
+                weight_bytes: 0,
+                replaced: false,
+                evicted: 0,
+                expires_at: slot.deadline,
+                kept_existing: true,
+            });
+        }
         if let Some(&old) = self.index.get(&put.key) {
             let old_expired = self.slot(old).is_some_and(|slot| slot.deadline <= now);
             replaced = !old_expired;
@@ -287,20 +332,26 @@ impl Inner {
                 available,
             });
         }
-        let ttl = new.ttl_override.unwrap_or(self.config.ttl);
-        let deadline = compute_deadline(self.config.ttl_mode, now, now, ttl);
+        let lifetime = new.lifetime;
+        let ttl = lifetime.ttl_override.unwrap_or(self.config.ttl);
+        let created_at = now.saturating_sub(lifetime.age);
+        let last_access = now.saturating_sub(lifetime.idle).max(created_at);
+        let mut deadline = compute_deadline(self.config.ttl_mode, created_at, last_access, ttl);
+        if let Some(remaining) = lifetime.remaining {
+            deadline = deadline.min(now.saturating_add(remaining));
+        }
         let entry = Entry::new(
             new.schema,
             new.batches,
             new.weight,
-            now,
-            new.ttl_override,
+            created_at,
+            lifetime.ttl_override,
             deadline,
         );
         let id = self.alloc_slot(Slot {
             key: put.key.clone(),
             entry: Arc::new(entry),
-            last_access: now,
+            last_access,
             deadline,
         });
         self.index.insert(put.key, id);
@@ -314,6 +365,7 @@ impl Inner {
             replaced,
             evicted,
             expires_at: deadline,
+            kept_existing: false,
         })
     }
 

@@ -161,3 +161,109 @@ fn expired_entries_make_room_before_live_ones() {
     assert_eq!((evictions.expired, evictions.size), (1, 0));
     store.check_invariants();
 }
+
+/// Commits `name` with a handover lifetime.
+fn put_handed_over(store: &Store, name: &str, lifetime: Lifetime) -> CommitOutcome {
+    let data = batch(7, 3);
+    let mut pending = store.begin_put(key(name));
+    pending.reserve(batch_weight(&data)).unwrap();
+    pending
+        .commit_with(data.schema(), vec![data], lifetime)
+        .unwrap()
+}
+
+#[test]
+fn a_handed_over_entry_keeps_its_age_override_and_never_outlives_the_sender() {
+    let (store, clock) = store_with(config());
+    clock.advance(1000 * SECOND);
+    // 50 s old under the 60 s store TTL: 10 s left, as at the sender.
+    let outcome = put_handed_over(
+        &store,
+        "aged",
+        Lifetime {
+            age: 50 * SECOND,
+            idle: 20 * SECOND,
+            remaining: Some(10 * SECOND),
+            ..Lifetime::default()
+        },
+    );
+    assert_eq!(outcome.expires_at, clock.now() + 10 * SECOND);
+    let entry = store.peek(b"aged").unwrap();
+    assert_eq!(entry.created_at(), clock.now() - 50 * SECOND);
+    // A per-entry TTL is kept as such; the sender's deadline caps it.
+    put_handed_over(
+        &store,
+        "override",
+        Lifetime {
+            ttl_override: Some(3600 * SECOND),
+            age: 10 * SECOND,
+            remaining: Some(5 * SECOND),
+            ..Lifetime::default()
+        },
+    );
+    let entry = store.peek(b"override").unwrap();
+    assert_eq!(entry.ttl_override(), Some(3600 * SECOND));
+    assert_eq!(entry.expires_at(), clock.now() + 5 * SECOND);
+    clock.advance(10 * SECOND);
+    assert!(store.get(b"aged").is_none());
+    assert!(store.get(b"override").is_none());
+}
+
+#[test]
+fn an_if_absent_handover_never_overwrites_a_live_entry() {
+    let (store, _clock) = store_with(config());
+    put(&store, "fresh", 10).unwrap();
+    let outcome = put_handed_over(
+        &store,
+        "fresh",
+        Lifetime {
+            if_absent: true,
+            ..Lifetime::default()
+        },
+    );
+    assert!(outcome.kept_existing);
+    assert_eq!(store.get(b"fresh").unwrap().total_rows(), 10);
+    let outcome = put_handed_over(
+        &store,
+        "absent",
+        Lifetime {
+            if_absent: true,
+            ..Lifetime::default()
+        },
+    );
+    assert!(!outcome.kept_existing);
+    assert_eq!(store.get(b"absent").unwrap().total_rows(), 3);
+}
+
+#[test]
+fn the_handoff_list_is_hottest_first_and_removal_spares_newer_puts() {
+    let (store, clock) = store_with(config());
+    for name in ["cold", "warm", "hot"] {
+        put(&store, name, 1).unwrap();
+        clock.advance(SECOND);
+    }
+    for _ in 0..3 {
+        store.get(b"hot").unwrap();
+    }
+    store.get(b"warm").unwrap();
+    clock.advance(SECOND);
+    store.get(b"cold").unwrap();
+    let order: Vec<_> = store
+        .handoff_list()
+        .into_iter()
+        .map(|e| String::from_utf8(e.key.to_vec()).unwrap())
+        .collect();
+    // hot (3 hits); warm and cold tie on hits, cold was used last.
+    assert_eq!(order, ["hot", "cold", "warm"]);
+    let listed = store.handoff_list();
+    let hot = listed.iter().find(|e| &e.key[..] == b"hot").unwrap();
+    put(&store, "hot", 2).unwrap();
+    assert!(
+        !store.remove_migrated(b"hot", &hot.entry),
+        "a newer put stays"
+    );
+    let cold = listed.iter().find(|e| &e.key[..] == b"cold").unwrap();
+    assert!(store.remove_migrated(b"cold", &cold.entry));
+    assert_eq!(store.stats().evictions.migrated, 1);
+    assert!(store.get(b"cold").is_none());
+}

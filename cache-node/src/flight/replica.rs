@@ -1,0 +1,189 @@
+//! Copies of a key on its first `replicas` ring choices: the owner's replica write after
+//! a put, reads that fall back from the owner to the second choice, and invalidation of
+//! every copy.
+//!
+//! With `replicas: 2` a key lives on its owner and its second choice (active members
+//! only, so draining ones are skipped). A put is forwarded to the owner as with one copy;
+//! the owner commits, then sends the stored entry to the second choice as a DoPut marked
+//! `x-flightcache-write: replica` (stored there without forwarding or replicating again)
+//! and only then answers. If the second choice cannot store it the write still succeeds
+//! on the owner: the failure is logged and counted in
+//! `flightcache_node_replica_write_failures_total`. Reads try the owner and, when it is
+//! unreachable or misses, the second choice, so a key survives its owner's restart.
+//! Does network I/O through `forward.rs`.
+
+use std::future::Future;
+
+use tonic::metadata::MetadataMap;
+
+use super::FlightCacheService;
+use super::forward::{self, WriteKind};
+use crate::error::{Error, Result};
+use crate::key::CacheKey;
+use crate::routing::members::{Peer, Route};
+use crate::store::{Entry, Lifetime};
+
+impl FlightCacheService {
+    /// The lifetime `entry` carries to another node: its per-entry TTL, age, idle time
+    /// and the time left until its deadline here.
+    pub(super) fn carried(
+        &self,
+        entry: &Entry,
+        last_access: Option<std::time::Duration>,
+    ) -> Lifetime {
+        let now = self.store.now();
+        Lifetime {
+            ttl_override: entry.ttl_override(),
+            age: now.saturating_sub(entry.created_at()),
+            idle: last_access.map_or_else(Default::default, |at| now.saturating_sub(at)),
+            remaining: Some(entry.expires_at().saturating_sub(now)),
+            if_absent: false,
+        }
+    }
+
+    /// After this node committed `key` as its owner: sends the entry to the key's other
+    /// copies. Failures are logged and counted, never returned (the write stands here).
+    pub(super) async fn replicate(&self, key: &CacheKey, metadata: &MetadataMap) {
+        let store_key = key.to_store_bytes();
+        let Ok(choices) = self.routing.choices(&store_key, None) else {
+            return;
+        };
+        if choices.len() < 2 || choices[0] != Route::Local {
+            return;
+        }
+        let Some(entry) = self.store.peek(&store_key) else {
+            return;
+        };
+        let lifetime = self.carried(&entry, None);
+        let sender = self.sender();
+        for choice in &choices[1..] {
+            let Route::Forward(peer) = choice else {
+                continue;
+            };
+            let sent = forward::send_entry(
+                &self.peers,
+                peer,
+                &sender,
+                key,
+                &entry,
+                WriteKind::Replica,
+                &lifetime,
+                metadata,
+            )
+            .await;
+            if let Err(err) = sent {
+                self.metrics.replica_write_failures.inc();
+                tracing::warn!(
+                    replica = %peer.id,
+                    address = %peer.address,
+                    error = %err,
+                    "replica write failed; the entry is stored on the owner only"
+                );
+            }
+        }
+    }
+
+    /// Runs a read on the key's copies in order (the owner first): `local` here, `remote`
+    /// on a peer. A miss or an unreachable copy moves on to the next one. When every copy
+    /// fails, a miss wins over an unreachable copy (the key is simply not cached).
+    ///
+    /// # Errors
+    /// The first copy's error that is neither a miss nor unreachable, else NOT_FOUND if
+    /// any copy missed, else the first error.
+    pub(super) async fn read_copies<T, Fut>(
+        &self,
+        key: &CacheKey,
+        metadata: &MetadataMap,
+        local: impl Fn() -> Result<T>,
+        remote: impl Fn(Peer) -> Fut,
+    ) -> Result<T>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
+        let forwarded = forward::forwarded_by(metadata);
+        let choices = self
+            .routing
+            .choices(&key.to_store_bytes(), forwarded.as_ref())?;
+        let mut first_error = None;
+        let mut miss = None;
+        for choice in choices {
+            let result = match choice {
+                Route::Local => local(),
+                Route::Forward(peer) => remote(peer).await,
+            };
+            match result {
+                Ok(value) => return Ok(value),
+                Err(err) if is_miss(&err) => {
+                    miss.get_or_insert(err);
+                }
+                Err(err) if is_unreachable(&err) => {
+                    first_error.get_or_insert(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Err(miss.or(first_error).unwrap_or(Error::NoOwner {
+            version: self.routing.version(),
+        }))
+    }
+
+    /// Removes `key` from every copy. Returns whether any copy held it.
+    ///
+    /// # Errors
+    /// A copy that could not be reached (the others are removed first), so a caller never
+    /// believes a key gone while a copy may still serve it.
+    pub(super) async fn invalidate_copies(
+        &self,
+        key: &CacheKey,
+        action: &arrow_flight::Action,
+        metadata: &MetadataMap,
+    ) -> Result<bool> {
+        let forwarded = forward::forwarded_by(metadata);
+        let choices = self
+            .routing
+            .choices(&key.to_store_bytes(), forwarded.as_ref())?;
+        let sender = self.sender();
+        let mut removed = false;
+        let mut failure = None;
+        for choice in choices {
+            match choice {
+                Route::Local => removed |= self.store.invalidate(&key.to_store_bytes()),
+                Route::Forward(peer) => {
+                    match forward::do_action(&self.peers, &peer, &sender, action.clone(), metadata)
+                        .await
+                    {
+                        Ok(body) => {
+                            let value: serde_json::Value =
+                                serde_json::from_slice(&body).unwrap_or_default();
+                            removed |= value["removed"].as_bool().unwrap_or(false);
+                        }
+                        Err(err) => {
+                            failure.get_or_insert(err);
+                        }
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(removed),
+        }
+    }
+}
+
+fn is_miss(err: &Error) -> bool {
+    match err {
+        Error::UnknownKey { .. } => true,
+        Error::Forwarded(status) => status.code() == tonic::Code::NotFound,
+        _ => false,
+    }
+}
+
+fn is_unreachable(err: &Error) -> bool {
+    match err {
+        Error::OwnerUnreachable { .. } => true,
+        // A copy whose ring disagrees (it is mid-update) is as good as unreachable.
+        Error::Forwarded(status) => status.code() == tonic::Code::Unavailable,
+        _ => false,
+    }
+}
