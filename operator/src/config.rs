@@ -30,6 +30,14 @@ pub struct Config {
         default_value = "IfNotPresent"
     )]
     pub node_image_pull_policy: String,
+    /// DNS domain of the Kubernetes cluster: ring members are addressed by their stable
+    /// pod names, `<pod>.<headless service>.<namespace>.svc.<domain>`.
+    #[arg(
+        long,
+        env = "FLIGHTCACHE_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
+    pub cluster_domain: String,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crds::cachecluster::{CacheCluster, PoolStatus};
+use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
+use crds::node_config::{MemberState, NodeConfig, NodeDocument, Topology};
 use futures::StreamExt;
+use futures::future::join_all;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -20,16 +22,18 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::build::{self, names};
+use crate::build::{self, PoolLayout, names};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::nodes::NodeAdmin;
 use crate::observe::{self, Observed};
+use crate::plan::{self, NodeView, Phase, PoolObservation, PoolPlan, Step};
 use crate::status::{self, Outcome};
 use crate::validate::{self, Defaults, ValidatedCluster};
-use crate::{apply, rollout};
+use crate::{apply, ring, rollout};
 
-/// How soon to look again while a rollout step is in flight.
-const ROLLOUT_REQUEUE: Duration = Duration::from_secs(5);
+/// How soon to look again while a pool changes (each pass takes one step).
+const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
 /// Periodic resync when nothing is in flight (owned objects also wake us).
 const IDLE_REQUEUE: Duration = Duration::from_secs(300);
 /// Retry delay after a transient failure.
@@ -106,7 +110,16 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             return Err(Error::InvalidSpec(invalid));
         }
     };
-    let desired = build::desired_resources(&cluster);
+    let token = match &cluster.auth {
+        Some((secret, key)) => {
+            Some(observe::read_token(&ctx.client, &namespace, secret, key).await?)
+        }
+        None => None,
+    };
+    let admin = NodeAdmin::new(i32::from(cluster.port), token);
+    let plans = plan_pools(&cluster, &observed, &admin, cc.status.as_ref()).await;
+    let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
+    let desired = build::desired_resources(&cluster, &layouts);
     let applied = match apply::apply_all(&ctx.client, &namespace, &desired).await {
         Ok(applied) => applied,
         Err(err) => {
@@ -134,7 +147,11 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         )
         .await;
     }
-    let (pools, rolling_out) = advance_rollouts(&ctx, &cc, &cluster, &applied, &observed).await?;
+    drop(applied);
+    run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
+    let pools = pool_statuses(&cluster, &plans);
+    let rolling_out = plans.iter().any(|(plan, _)| plan.rolling_out());
+    let progressing = plans.iter().any(|(plan, _)| plan.progressing());
     let status = status::compute(
         cc.status.as_ref(),
         cc.metadata.generation,
@@ -144,7 +161,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     if cc.status.as_ref() != Some(&status) {
         status::apply_status(&ctx.client, &cc, &status).await?;
     }
-    Ok(Action::requeue(if rolling_out {
+    Ok(Action::requeue(if progressing {
         ROLLOUT_REQUEUE
     } else {
         IDLE_REQUEUE
@@ -178,69 +195,292 @@ async fn report_pool_changes(
     }
 }
 
-/// Per pool: counts for status and, when the template changed and every node is
-/// Ready, one node restarted through the Eviction API (so the PDB is respected).
-async fn advance_rollouts(
+/// Per pool: what each node runs, and the plan of this pass (ring, StatefulSet size,
+/// node calls).
+async fn plan_pools(
+    cluster: &ValidatedCluster,
+    observed: &Observed,
+    admin: &NodeAdmin,
+    previous: Option<&CacheClusterStatus>,
+) -> Vec<(PoolPlan, PoolObservation)> {
+    let mut plans = Vec::with_capacity(cluster.pools.len());
+    for pool in &cluster.pools {
+        let sts = observed.statefulset(&cluster.name, &pool.name);
+        let update_revision = sts
+            .and_then(|s| s.status.as_ref())
+            .and_then(|s| s.update_revision.clone());
+        let pods = observed.pods_of(&pool.name);
+        let reports = join_all(pods.iter().map(|pod| async {
+            let ip = pod_ip(pod)?;
+            if !rollout::is_ready(pod) {
+                return None;
+            }
+            match admin.report(&ip).await {
+                Ok(report) => Some(report),
+                Err(err) => {
+                    tracing::warn!(pod = %pod.name_any(), error = %crate::chain(&err), "node did not report");
+                    None
+                }
+            }
+        }))
+        .await;
+        let nodes = pods
+            .iter()
+            .zip(reports)
+            .filter_map(|(pod, report)| {
+                let name = pod.name_any();
+                Some(NodeView {
+                    ordinal: ring::ordinal_of(&name)?,
+                    ready: rollout::is_ready(pod),
+                    current_template: update_revision
+                        .as_deref()
+                        .is_none_or(|rev| rollout::revision_of(pod) == Some(rev)),
+                    ip: pod_ip(pod),
+                    report,
+                    name,
+                })
+            })
+            .collect();
+        let seen_ring_version = previous
+            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
+            .map_or(0, |p| u64::try_from(p.ring_version).unwrap_or(0));
+        let observation = PoolObservation {
+            statefulset_replicas: sts.and_then(|s| s.spec.as_ref()).and_then(|s| s.replicas),
+            nodes,
+            previous: observed.published_ring(&cluster.name, &pool.name),
+            seen_ring_version,
+        };
+        plans.push((plan::plan_pool(cluster, pool, &observation), observation));
+    }
+    plans
+}
+
+fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .pod_ip
+        .clone()
+        .filter(|ip| !ip.is_empty())
+}
+
+/// Runs the node calls of each pool's plan, in order; a failed call ends that pool's
+/// pass (the next pass plans again from what the nodes then report).
+async fn run_steps(
     ctx: &Context,
     cc: &CacheCluster,
     cluster: &ValidatedCluster,
-    applied: &[StatefulSet],
-    observed: &Observed,
-) -> Result<(Vec<PoolStatus>, bool)> {
+    admin: &NodeAdmin,
+    plans: &[(PoolPlan, PoolObservation)],
+) -> Result<()> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
-    let mut pools = Vec::with_capacity(cluster.pools.len());
-    let mut rolling_out = false;
-    for (pool, sts) in cluster.pools.iter().zip(applied) {
-        let pods: Vec<&Pod> = observed
-            .pods_of(&pool.name)
-            .into_iter()
-            .filter(|pod| ordinal_below(&pod.name_any(), pool.shards))
-            .collect();
-        let ready = pods.iter().filter(|pod| rollout::is_ready(pod)).count();
-        let updated = rollout::count_updated(sts, &pods);
-        if let Some(pod) = rollout::plan_restart(sts, &pods) {
-            match pods_api.evict(&pod, &EvictParams::default()).await {
-                Ok(_) => {
-                    ctx.publish(
-                        cc,
-                        EventType::Normal,
-                        "RestartingNode",
-                        format!("restarting {pod} to apply the new pod template"),
-                    )
-                    .await;
-                }
-                // 429: the PDB does not allow it right now; try again shortly.
-                Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {}
-                Err(source) => return Err(Error::Rollout { name: pod, source }),
-            }
-            rolling_out = true;
-        } else if updated < pods.len() {
-            rolling_out = true;
+    for (pool, (plan, observation)) in cluster.pools.iter().zip(plans) {
+        let topology = &plan.layout.topology;
+        if observation
+            .previous
+            .as_ref()
+            .is_some_and(|p| p.version != topology.version)
+        {
+            ctx.publish(
+                cc,
+                EventType::Normal,
+                "RingChanged",
+                format!(
+                    "pool {}: ring version {} ({})",
+                    pool.name,
+                    topology.version,
+                    describe_ring(topology)
+                ),
+            )
+            .await;
         }
-        pools.push(PoolStatus {
-            name: pool.name.clone(),
-            shards: pool.shards,
-            ready_shards: i32::try_from(ready).unwrap_or(i32::MAX),
-            config_generation: cluster.generation,
-            updated_shards: i32::try_from(updated).unwrap_or(i32::MAX),
-            ring_version: 0,
-            endpoint: Some(names::client_endpoint(
-                &cluster.name,
-                &pool.name,
-                &cluster.namespace,
-                cluster.port,
-            )),
-        });
+        'steps: for step in &plan.steps {
+            match step {
+                Step::PushRing(targets) => {
+                    let doc = NodeDocument {
+                        config: NodeConfig::default(),
+                        topology: Some(topology.clone()),
+                    };
+                    let results =
+                        join_all(targets.iter().map(|(_, ip)| admin.configure(ip, &doc))).await;
+                    let mut failed = false;
+                    for ((name, _), result) in targets.iter().zip(results) {
+                        if let Err(err) = result {
+                            tracing::warn!(pod = %name, error = %crate::chain(&err), "ring push failed");
+                            ctx.metrics.node_call_failed("configure");
+                            failed = true;
+                        }
+                    }
+                    if failed {
+                        break 'steps;
+                    }
+                }
+                Step::Rebalance(name, ip) => match admin.rebalance(ip).await {
+                    Ok(moved) => {
+                        tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, "rebalanced");
+                        if moved.moved > 0 || moved.failed > 0 {
+                            ctx.publish(
+                                cc,
+                                EventType::Normal,
+                                "HandedOff",
+                                format!(
+                                    "{name} handed {} entries ({} bytes) to their owners; {} failed",
+                                    moved.moved, moved.moved_bytes, moved.failed
+                                ),
+                            )
+                            .await;
+                        }
+                        if moved.failed > 0 {
+                            break 'steps;
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(pod = %name, error = %crate::chain(&err), "rebalance failed");
+                        ctx.metrics.node_call_failed("rebalance");
+                        break 'steps;
+                    }
+                },
+                Step::Evict(name) => match pods_api.evict(name, &EvictParams::default()).await {
+                    Ok(_) => {
+                        ctx.publish(
+                            cc,
+                            EventType::Normal,
+                            "RestartingNode",
+                            format!("restarting {name} to apply the new pod template"),
+                        )
+                        .await;
+                    }
+                    // 429: the PDB does not allow it right now; try again shortly.
+                    Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {
+                        break 'steps;
+                    }
+                    Err(source) => {
+                        return Err(Error::Rollout {
+                            name: name.clone(),
+                            source,
+                        });
+                    }
+                },
+                Step::PushConfig(name, ip) => {
+                    let doc = NodeDocument {
+                        config: build::configmap::compute_live_config(cluster, pool),
+                        topology: None,
+                    };
+                    match admin.configure(ip, &doc).await {
+                        Ok(applied) => {
+                            tracing::info!(pod = %name, generation = applied.generation, "pushed live config");
+                            ctx.publish(
+                                cc,
+                                EventType::Normal,
+                                "NodeConfigured",
+                                format!("{name} runs config generation {}", applied.generation),
+                            )
+                            .await;
+                        }
+                        Err(err) => {
+                            tracing::warn!(pod = %name, error = %crate::chain(&err), "config push failed");
+                            ctx.metrics.node_call_failed("configure");
+                            break 'steps;
+                        }
+                    }
+                }
+            }
+        }
     }
-    Ok((pools, rolling_out))
+    Ok(())
 }
 
-fn ordinal_below(pod_name: &str, shards: i32) -> bool {
-    pod_name
-        .rsplit('-')
-        .next()
-        .and_then(|n| n.parse::<i32>().ok())
-        .is_some_and(|ordinal| ordinal < shards)
+fn describe_ring(topology: &Topology) -> String {
+    topology
+        .members
+        .iter()
+        .map(|m| match m.state {
+            MemberState::Active => m.id.clone(),
+            MemberState::Joining => format!("{} joining", m.id),
+            MemberState::Draining => format!("{} draining", m.id),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The status of each pool from its plan and what its nodes reported.
+fn pool_statuses(
+    cluster: &ValidatedCluster,
+    plans: &[(PoolPlan, PoolObservation)],
+) -> Vec<PoolStatus> {
+    let target = cluster.generation;
+    cluster
+        .pools
+        .iter()
+        .zip(plans)
+        .map(|(pool, (plan, observation))| {
+            let in_pool = |n: &&NodeView| n.ordinal < pool.shards;
+            let at_target = |n: &NodeView| {
+                n.report
+                    .is_some_and(|r| i64::try_from(r.generation).unwrap_or(0) >= target)
+            };
+            let nodes_in_pool = || observation.nodes.iter().filter(in_pool);
+            let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+            PoolStatus {
+                name: pool.name.clone(),
+                shards: pool.shards,
+                ready_shards: count(nodes_in_pool().filter(|n| n.ready).count()),
+                config_generation: target,
+                updated_shards: count(
+                    nodes_in_pool()
+                        .filter(|n| n.ready && n.current_template && at_target(n))
+                        .count(),
+                ),
+                configured_shards: count(nodes_in_pool().filter(|n| at_target(n)).count()),
+                ring_version: i64::try_from(plan.layout.topology.version).unwrap_or(i64::MAX),
+                endpoint: Some(names::client_endpoint(
+                    &cluster.name,
+                    &pool.name,
+                    &cluster.namespace,
+                    cluster.port,
+                )),
+                phase: Some(describe_phase(&plan.phase)),
+                nodes: observation
+                    .nodes
+                    .iter()
+                    .map(|n| NodeStatus {
+                        name: n.name.clone(),
+                        ready: n.ready,
+                        state: plan
+                            .layout
+                            .topology
+                            .members
+                            .iter()
+                            .find(|m| m.id == n.name)
+                            .map(|m| {
+                                match m.state {
+                                    MemberState::Active => "active",
+                                    MemberState::Joining => "joining",
+                                    MemberState::Draining => "draining",
+                                }
+                                .to_owned()
+                            }),
+                        config_generation: n
+                            .report
+                            .map(|r| i64::try_from(r.generation).unwrap_or(0)),
+                        ring_version: n.report.map(|r| i64::try_from(r.ring_version).unwrap_or(0)),
+                        entries: n.report.map(|r| i64::try_from(r.entries).unwrap_or(0)),
+                        current_template: n.current_template,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn describe_phase(phase: &Phase) -> String {
+    match phase {
+        Phase::Settled => "Settled".into(),
+        Phase::WaitingForNodes => "WaitingForNodes".into(),
+        Phase::Configuring => "Configuring".into(),
+        Phase::Restarting(node) => format!("Restarting {node}"),
+        Phase::ScalingOut(nodes) => format!("ScalingOut {}", nodes.join(",")),
+        Phase::ScalingIn(nodes) => format!("ScalingIn {}", nodes.join(",")),
+    }
 }
 
 /// Invalid specs wait for the user to edit the object; everything else retries.

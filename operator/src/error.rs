@@ -54,6 +54,16 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The auth Secret named in the spec cannot be read, so nodes cannot be called.
+    #[error("cannot read the auth token from Secret {secret} key {key}: {reason}")]
+    AuthSecret {
+        /// Secret name.
+        secret: String,
+        /// Key in the Secret.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// Writing status failed.
     #[error("failed to write status of {name}")]
     Status {
@@ -74,6 +84,7 @@ impl Error {
             Self::Apply { .. } => "apply",
             Self::Delete { .. } => "delete",
             Self::Rollout { .. } => "rollout",
+            Self::AuthSecret { .. } => "auth_secret",
             Self::Status { .. } => "status",
         }
     }

@@ -13,7 +13,10 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod nodes;
 pub mod observe;
+pub mod plan;
+pub mod ring;
 pub mod rollout;
 pub mod status;
 pub mod telemetry;
@@ -93,5 +96,6 @@ fn defaults(config: &Config) -> Defaults {
     Defaults {
         node_image: config.node_image.clone(),
         image_pull_policy: config.node_image_pull_policy.clone(),
+        cluster_domain: config.cluster_domain.clone(),
     }
 }

@@ -24,6 +24,12 @@ struct ErrorLabels {
     category: &'static str,
 }
 
+/// Labels of the node call failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: &'static str,
+}
+
 /// The operator's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -32,6 +38,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     duration: Histogram,
     leader: Gauge,
+    node_call_failures: Family<ActionLabels, Counter>,
     /// True once the controller runs (for `/readyz`).
     pub ready: AtomicBool,
 }
@@ -62,12 +69,19 @@ impl Default for Metrics {
             "1 while this replica holds the leader lease",
             leader.clone(),
         );
+        let node_call_failures = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "node_call_failures",
+            "Failed calls to cache nodes (ring and config pushes, rebalances), by action",
+            node_call_failures.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             leader,
+            node_call_failures,
             ready: AtomicBool::new(false),
         }
     }
@@ -86,6 +100,13 @@ impl Metrics {
     /// Counts a failed reconcile.
     pub fn reconcile_failed(&self, category: &'static str) {
         self.errors.get_or_create(&ErrorLabels { category }).inc();
+    }
+
+    /// Counts a failed call to a node.
+    pub fn node_call_failed(&self, action: &'static str) {
+        self.node_call_failures
+            .get_or_create(&ActionLabels { action })
+            .inc();
     }
 
     /// Records whether this replica leads.

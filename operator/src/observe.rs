@@ -1,7 +1,8 @@
 //! Read-only I/O: the children of a cluster as they are now.
 
+use crds::node_config::{NodeDocument, Topology};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
@@ -15,6 +16,8 @@ pub struct Observed {
     pub statefulsets: Vec<StatefulSet>,
     /// Node pods labelled with the cluster.
     pub pods: Vec<Pod>,
+    /// Pool ConfigMaps labelled with the cluster.
+    pub configmaps: Vec<ConfigMap>,
 }
 
 impl Observed {
@@ -22,6 +25,19 @@ impl Observed {
     pub fn statefulset(&self, cluster: &str, pool: &str) -> Option<&StatefulSet> {
         let name = names::pool_object(cluster, pool);
         self.statefulsets.iter().find(|sts| sts.name_any() == name)
+    }
+
+    /// The ring last published for `pool` (from its ConfigMap), if readable.
+    pub fn published_ring(&self, cluster: &str, pool: &str) -> Option<Topology> {
+        let name = names::pool_object(cluster, pool);
+        let text = self
+            .configmaps
+            .iter()
+            .find(|cm| cm.name_any() == name)?
+            .data
+            .as_ref()?
+            .get(names::NODE_CONFIG_KEY)?;
+        NodeDocument::from_json(text).ok()?.topology
     }
 
     /// The pods of `pool`.
@@ -42,7 +58,42 @@ pub async fn observe(client: &Client, namespace: &str, cluster: &str) -> Result<
     let params = ListParams::default().labels(&selector);
     let statefulsets = list::<StatefulSet>(client, namespace, cluster, &params).await?;
     let pods = list::<Pod>(client, namespace, cluster, &params).await?;
-    Ok(Observed { statefulsets, pods })
+    let configmaps = list::<ConfigMap>(client, namespace, cluster, &params).await?;
+    Ok(Observed {
+        statefulsets,
+        pods,
+        configmaps,
+    })
+}
+
+/// The bearer token in key `key` of Secret `secret`, for the operator's calls to nodes.
+///
+/// # Errors
+/// [`Error::AuthSecret`] when the Secret or the key cannot be read.
+pub async fn read_token(
+    client: &Client,
+    namespace: &str,
+    secret: &str,
+    key: &str,
+) -> Result<String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let failed = |reason: String| Error::AuthSecret {
+        secret: secret.to_owned(),
+        key: key.to_owned(),
+        reason,
+    };
+    let found = api
+        .get(secret)
+        .await
+        .map_err(|err| failed(err.to_string()))?;
+    let bytes = found
+        .data
+        .as_ref()
+        .and_then(|data| data.get(key))
+        .ok_or_else(|| failed("the key is missing".into()))?;
+    let token =
+        String::from_utf8(bytes.0.clone()).map_err(|_| failed("the token is not UTF-8".into()))?;
+    Ok(token.trim().to_owned())
 }
 
 async fn list<K>(

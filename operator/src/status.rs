@@ -77,12 +77,26 @@ pub fn compute(
             status.config_generation = generation;
             let all_ready = ready == shards;
             let (progressing, reason, message) = if *rolling_out {
+                let changing: Vec<String> = pools
+                    .iter()
+                    .filter_map(|p| {
+                        let phase = p.phase.as_deref()?;
+                        (phase != "Settled").then(|| {
+                            format!(
+                                "pool {}: {phase} ({}/{} nodes up to date)",
+                                p.name, p.updated_shards, p.shards
+                            )
+                        })
+                    })
+                    .collect();
                 (
                     true,
                     reasons::ROLLING_OUT,
-                    format!(
-                        "restarting nodes one at a time: {updated}/{shards} run the current template"
-                    ),
+                    if changing.is_empty() {
+                        format!("{updated}/{shards} nodes up to date")
+                    } else {
+                        changing.join("; ")
+                    },
                 )
             } else if ready == 0 && shards > 0 {
                 (true, reasons::CREATING, format!("starting {shards} nodes"))
@@ -230,8 +244,11 @@ mod tests {
             ready_shards: ready,
             config_generation: 1,
             updated_shards: ready,
-            ring_version: 0,
+            configured_shards: ready,
+            ring_version: 1,
             endpoint: Some("grpc://demo-hot.cache.svc:50051".into()),
+            phase: Some("Settled".into()),
+            nodes: Vec::new(),
         }
     }
 

@@ -41,6 +41,8 @@ pub struct Defaults {
     pub node_image: String,
     /// Image pull policy of node containers.
     pub image_pull_policy: String,
+    /// DNS domain of the Kubernetes cluster (`cluster.local`).
+    pub cluster_domain: String,
 }
 
 /// A cluster the operator can act on.
@@ -62,6 +64,8 @@ pub struct ValidatedCluster {
     pub auth: Option<(String, String)>,
     /// Image pull policy of node containers.
     pub image_pull_policy: String,
+    /// DNS domain of the Kubernetes cluster.
+    pub cluster_domain: String,
     /// Pools in spec order.
     pub pools: Vec<ValidatedPool>,
 }
@@ -160,6 +164,7 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
             .as_ref()
             .map(|a| (a.secret_name.clone(), a.key.clone())),
         image_pull_policy: defaults.image_pull_policy.clone(),
+        cluster_domain: defaults.cluster_domain.clone(),
         pools,
     })
 }
@@ -232,6 +237,7 @@ pub(crate) mod fixtures {
         Defaults {
             node_image: "flightcache/node:test".into(),
             image_pull_policy: "IfNotPresent".into(),
+            cluster_domain: "cluster.local".into(),
         }
     }
 

@@ -93,6 +93,7 @@ fn context(client: &Client) -> Arc<Context> {
     let defaults = Defaults {
         node_image: "flightcache-node:e2e".into(),
         image_pull_policy: "Never".into(),
+        cluster_domain: "cluster.local".into(),
     };
     Arc::new(Context::new(
         client.clone(),
@@ -115,6 +116,17 @@ async fn create_cluster(client: &Client, namespace: &str, pools: &[(&str, i32)])
     );
     api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
         .await
+        .unwrap()
+}
+
+async fn published_ring(client: &Client, namespace: &str) -> crds::node_config::Topology {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get("demo-hot")
+        .await
+        .unwrap();
+    crds::node_config::NodeDocument::from_json(&cm.data.unwrap()["node.json"])
+        .unwrap()
+        .topology
         .unwrap()
 }
 
@@ -217,9 +229,22 @@ async fn reconcile_creates_owned_children_and_a_second_pass_changes_nothing() {
         .get("demo-hot")
         .await
         .unwrap();
-    let node_config =
-        crds::node_config::NodeConfig::from_json(&cm.data.unwrap()["node.json"]).unwrap();
-    assert_eq!(node_config.ttl.as_deref(), Some("1h"));
+    let document =
+        crds::node_config::NodeDocument::from_json(&cm.data.unwrap()["node.json"]).unwrap();
+    assert_eq!(document.config.ttl.as_deref(), Some("1h"));
+    // The ring: every pod by its stable DNS name, all active in a new pool.
+    let ring = document.topology.unwrap();
+    assert_eq!(ring.version, 1);
+    let addresses: Vec<String> = ring.members.iter().map(|m| m.address.clone()).collect();
+    assert_eq!(
+        addresses,
+        (0..3)
+            .map(|i| format!(
+                "demo-hot-{i}.demo-hot-nodes.{}.svc.cluster.local:50051",
+                ns.name
+            ))
+            .collect::<Vec<_>>()
+    );
     let headless = Api::<Service>::namespaced(client.clone(), &ns.name)
         .get("demo-hot-nodes")
         .await
@@ -286,10 +311,32 @@ async fn scaling_and_removing_pools_follow_the_spec() {
         reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
             .await
             .unwrap();
-        let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns.name)
+        let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &ns.name);
+        let replicas = sts_api
             .get("demo-hot")
             .await
-            .unwrap();
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas;
+        if shards < 5 {
+            // Scale-in: the first pass publishes the leaving nodes as draining and keeps
+            // them; the StatefulSet shrinks on the next pass, once nothing is left to
+            // hand off (these pods never start: there is no kubelet).
+            assert_eq!(replicas, Some(5));
+            let ring = published_ring(&client, &ns.name).await;
+            let draining: Vec<&str> = ring
+                .members
+                .iter()
+                .filter(|m| m.state == crds::node_config::MemberState::Draining)
+                .map(|m| m.id.as_str())
+                .collect();
+            assert_eq!(draining, ["demo-hot-2", "demo-hot-3", "demo-hot-4"]);
+            reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+                .await
+                .unwrap();
+        }
+        let sts = sts_api.get("demo-hot").await.unwrap();
         assert_eq!(sts.spec.unwrap().replicas, Some(shards));
         let status = fetch(&client, &ns.name).await.status.unwrap();
         assert_eq!(status.pools[0].shards, shards);

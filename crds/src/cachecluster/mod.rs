@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::change_class::ChangeClass;
 pub use self::pool::{PersistenceSpec, PoolSpec, SchedulingSpec};
-pub use self::status::{CacheClusterStatus, PoolStatus};
+pub use self::status::{CacheClusterStatus, NodeStatus, PoolStatus};
 pub use self::validate::{FieldError, InvalidSpec};
 
 /// The API group of every FlightCache resource.

@@ -69,9 +69,15 @@ pub struct PoolStatus {
     #[serde(default)]
     pub config_generation: i64,
 
-    /// Cache nodes of the pool that run `configGeneration`.
+    /// Cache nodes of the pool that are up to date: they run `configGeneration` and the
+    /// current pod template.
     #[serde(default)]
     pub updated_shards: i32,
+
+    /// Cache nodes of the pool that report running `configGeneration` (live settings
+    /// such as TTL and eviction reach nodes without a restart, one node at a time).
+    #[serde(default)]
+    pub configured_shards: i32,
 
     /// Version of the pool's hash ring (its members and their states) published to the
     /// nodes; it grows with every membership change.
@@ -82,4 +88,48 @@ pub struct PoolStatus {
     /// (`grpc+tls://` with TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+
+    /// What the pool is doing: `Settled`, `WaitingForNodes`, `Configuring` (live config
+    /// rolling), `Restarting <node>` (a restart with handoff), `ScalingOut <nodes>` or
+    /// `ScalingIn <nodes>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+
+    /// Every node of the pool as the operator last saw it, by name.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeStatus>,
+}
+
+/// One cache node as the operator last saw it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// Pod name, which is also the node's ring member id.
+    pub name: String,
+
+    /// Whether the pod is Ready.
+    #[serde(default)]
+    pub ready: bool,
+
+    /// Ring state of the node: `active`, `joining` or `draining`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+
+    /// Configuration generation the node reports running (absent when it did not
+    /// answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_generation: Option<i64>,
+
+    /// Ring version the node reports routing by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_version: Option<i64>,
+
+    /// Entries the node holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<i64>,
+
+    /// Whether the pod runs the current pod template.
+    #[serde(default)]
+    pub current_template: bool,
 }

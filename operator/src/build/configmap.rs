@@ -1,9 +1,9 @@
 //! The pool's ConfigMap: the node config document every node of the pool starts with
-//! (and re-reads when it changes). Pure.
+//! (and re-reads when it changes): the pool's settings and its ring. Pure.
 
 use std::collections::BTreeMap;
 
-use crds::node_config::NodeConfig;
+use crds::node_config::{NodeConfig, NodeDocument, Topology};
 use crds::quantity::{format_bytes, format_duration};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -32,8 +32,32 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
     }
 }
 
-/// The ConfigMap `c-p` holding `node.json`.
-pub fn build_configmap(cluster: &ValidatedCluster, pool: &ValidatedPool) -> ConfigMap {
+/// The fields of [`compute_node_config`] a running node takes live (`configure`).
+///
+/// The byte budget and entry size are left out: they follow the container's memory
+/// limit, which changes by resize or restart, never ahead of it.
+pub fn compute_live_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> NodeConfig {
+    NodeConfig {
+        generation: Some(u64::try_from(cluster.generation).unwrap_or(0)),
+        max_entries: Some(pool.max_entries),
+        ttl: Some(format_duration(pool.ttl)),
+        ttl_mode: Some(pool.ttl_mode),
+        eviction: Some(pool.eviction),
+        location_mode: Some(pool.location_mode),
+        ..NodeConfig::default()
+    }
+}
+
+/// The ConfigMap `c-p` holding `node.json`: the node config and the ring.
+pub fn build_configmap(
+    cluster: &ValidatedCluster,
+    pool: &ValidatedPool,
+    topology: &Topology,
+) -> ConfigMap {
+    let document = NodeDocument {
+        config: compute_node_config(cluster, pool),
+        topology: Some(topology.clone()),
+    };
     ConfigMap {
         metadata: ObjectMeta {
             annotations: Some(BTreeMap::from([(
@@ -44,7 +68,7 @@ pub fn build_configmap(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Conf
         },
         data: Some(BTreeMap::from([(
             names::NODE_CONFIG_KEY.to_owned(),
-            compute_node_config(cluster, pool).to_json(),
+            document.to_json(),
         )])),
         ..ConfigMap::default()
     }
@@ -58,11 +82,15 @@ mod tests {
     #[test]
     fn node_config_carries_the_pool_settings_and_parses_back() {
         let cluster = validated(&[("hot", 3)]);
-        let cm = build_configmap(&cluster, &cluster.pools[0]);
+        let pool = &cluster.pools[0];
+        let layout = crate::build::PoolLayout::initial(&cluster, pool);
+        let cm = build_configmap(&cluster, pool, &layout.topology);
         crate::build::golden::assert_golden("configmap-hot.json", &cm);
         assert_eq!(cm.metadata.name.as_deref(), Some("demo-hot"));
         let text = &cm.data.as_ref().unwrap()[names::NODE_CONFIG_KEY];
-        let doc = NodeConfig::from_json(text).unwrap();
+        let document = NodeDocument::from_json(text).unwrap();
+        assert_eq!(document.topology.as_ref(), Some(&layout.topology));
+        let doc = document.config;
         assert_eq!(doc.generation, Some(3));
         assert_eq!(doc.listen.as_deref(), Some("0.0.0.0:50051"));
         assert_eq!(

@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use crds::node_config::Topology;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::validate::{ValidatedCluster, ValidatedPool};
@@ -52,18 +53,46 @@ pub struct DesiredPool {
     pub statefulset: StatefulSet,
 }
 
-/// The desired objects of every pool.
-pub fn desired_resources(cluster: &ValidatedCluster) -> Vec<DesiredPool> {
+/// What the operator decided from the running pool, beyond the spec: the ring the nodes
+/// route by and how many pods the StatefulSet keeps (more than `shards` while leaving
+/// nodes hand their keys off).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolLayout {
+    /// The published ring.
+    pub topology: Topology,
+    /// StatefulSet replicas.
+    pub replicas: i32,
+}
+
+impl PoolLayout {
+    /// A new pool: every node active, ring version 1.
+    pub fn initial(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Self {
+        Self {
+            topology: crate::ring::plan_topology(
+                cluster,
+                pool,
+                &crate::ring::all_active(pool.shards),
+                None,
+                0,
+            ),
+            replicas: pool.shards,
+        }
+    }
+}
+
+/// The desired objects of every pool; `layouts` in pool order.
+pub fn desired_resources(cluster: &ValidatedCluster, layouts: &[PoolLayout]) -> Vec<DesiredPool> {
     cluster
         .pools
         .iter()
-        .map(|pool| DesiredPool {
+        .zip(layouts)
+        .map(|(pool, layout)| DesiredPool {
             pool: pool.name.clone(),
-            configmap: configmap::build_configmap(cluster, pool),
+            configmap: configmap::build_configmap(cluster, pool, &layout.topology),
             headless_service: service::build_headless_service(cluster, pool),
             client_service: service::build_client_service(cluster, pool),
             pdb: pdb::build_pdb(cluster, pool),
-            statefulset: statefulset::build_statefulset(cluster, pool),
+            statefulset: statefulset::build_statefulset(cluster, pool, layout.replicas),
         })
         .collect()
 }
@@ -76,7 +105,12 @@ mod tests {
     #[test]
     fn every_child_is_owned_by_the_cluster_and_labelled_with_its_pool() {
         let cluster = validated(&[("hot", 3), ("cold", 1)]);
-        let desired = desired_resources(&cluster);
+        let layouts: Vec<PoolLayout> = cluster
+            .pools
+            .iter()
+            .map(|pool| PoolLayout::initial(&cluster, pool))
+            .collect();
+        let desired = desired_resources(&cluster, &layouts);
         assert_eq!(desired.len(), 2);
         for pool in &desired {
             let metas = [

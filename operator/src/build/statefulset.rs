@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, GRPCAction,
-    KeyToPath, Lifecycle, LifecycleHandler, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, SleepAction, Volume,
-    VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    GRPCAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -30,7 +31,14 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 pub const DATA_DIR: &str = "/var/lib/flightcache";
 
 /// The StatefulSet `c-p`.
-pub fn build_statefulset(cluster: &ValidatedCluster, pool: &ValidatedPool) -> StatefulSet {
+///
+/// `replicas` is `shards`, or more while the highest nodes hand their keys off before a
+/// scale-in.
+pub fn build_statefulset(
+    cluster: &ValidatedCluster,
+    pool: &ValidatedPool,
+    replicas: i32,
+) -> StatefulSet {
     let mut template = build_pod_template(cluster, pool);
     let hash = compute_template_hash(&template);
     template
@@ -46,7 +54,7 @@ pub fn build_statefulset(cluster: &ValidatedCluster, pool: &ValidatedPool) -> St
             names::pool_object(&cluster.name, &pool.name),
         ),
         spec: Some(StatefulSetSpec {
-            replicas: Some(pool.shards),
+            replicas: Some(replicas),
             service_name: Some(names::headless_service(&cluster.name, &pool.name)),
             pod_management_policy: Some("Parallel".into()),
             update_strategy: Some(StatefulSetUpdateStrategy {
@@ -172,7 +180,7 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
                 ..ContainerPort::default()
             },
         ]),
-        env: Some(node_malloc_env()),
+        env: Some(node_env()),
         resources: Some(compute_resources(pool)),
         readiness_probe: Some(grpc_probe(2, 2)),
         liveness_probe: Some(grpc_probe(10, 3)),
@@ -252,6 +260,24 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
     }
 }
 
+/// The node's environment: its ring member id (the pod name, stable across restarts)
+/// and the allocator settings.
+fn node_env() -> Vec<EnvVar> {
+    let mut env = vec![EnvVar {
+        name: "FLIGHTCACHE_MEMBER_ID".into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".into(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+    }];
+    env.extend(node_malloc_env());
+    env
+}
+
 /// glibc allocator settings of every node: few arenas, and large buffers (Arrow columns)
 /// in their own mappings that return to the OS when an entry is evicted. Without them
 /// the RSS of a full node drifts well above the bytes it holds (docs/benchmarks.md).
@@ -296,7 +322,7 @@ mod tests {
     #[test]
     fn statefulset_matches_the_golden_file() {
         let cluster = validated(&[("hot", 3)]);
-        let sts = build_statefulset(&cluster, &cluster.pools[0]);
+        let sts = build_statefulset(&cluster, &cluster.pools[0], cluster.pools[0].shards);
         crate::build::golden::assert_golden("statefulset-hot.json", &sts);
     }
 
@@ -304,7 +330,7 @@ mod tests {
     fn restart_class_changes_move_the_hash_and_live_changes_do_not() {
         let hash = |cc: &crds::cachecluster::CacheCluster| {
             let valid = validate(cc, &defaults()).unwrap();
-            let sts = build_statefulset(&valid, &valid.pools[0]);
+            let sts = build_statefulset(&valid, &valid.pools[0], valid.pools[0].shards);
             sts.spec
                 .unwrap()
                 .template
@@ -336,7 +362,7 @@ mod tests {
     #[test]
     fn pods_run_restricted() {
         let cluster = validated(&[("hot", 3)]);
-        let sts = build_statefulset(&cluster, &cluster.pools[0]);
+        let sts = build_statefulset(&cluster, &cluster.pools[0], cluster.pools[0].shards);
         let spec = sts.spec.unwrap();
         assert_eq!(
             spec.update_strategy.unwrap().type_.as_deref(),

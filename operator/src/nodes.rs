@@ -1,0 +1,265 @@
+//! The operator's calls to running cache nodes: Flight `DoAction` on a pod's IP.
+//!
+//! The operator reads what each node runs (`stats`: config generation and entry count;
+//! `topology`: ring version) and pushes changes (`configure`: live config fields and the
+//! ring; `rebalance`: hand entries to their owners). Every call has a deadline, so a
+//! hung node delays a reconcile by seconds, never blocks it.
+
+use std::time::Duration;
+
+use arrow_flight::{Action, FlightClient};
+use bytes::Bytes;
+use crds::node_config::NodeDocument;
+use futures::StreamExt;
+use serde::Deserialize;
+use tonic::transport::Endpoint;
+
+/// How long the operator waits to connect to a node.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Deadline of `stats`, `topology` and `configure`.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Deadline of `rebalance` (it streams a node's entries to its peers).
+const REBALANCE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A failed call to a node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCallError {
+    /// The address cannot be dialled.
+    #[error("node {address}: bad address")]
+    BadAddress {
+        /// `ip:port`.
+        address: String,
+    },
+    /// The node did not answer in time.
+    #[error("node {address}: {action} timed out after {timeout:?}")]
+    Timeout {
+        /// `ip:port`.
+        address: String,
+        /// The action.
+        action: &'static str,
+        /// The deadline.
+        timeout: Duration,
+    },
+    /// The call failed (connection refused, a gRPC status from the node).
+    #[error("node {address}: {action} failed")]
+    Flight {
+        /// `ip:port`.
+        address: String,
+        /// The action.
+        action: &'static str,
+        /// The Flight error, with the node's status message.
+        #[source]
+        source: arrow_flight::error::FlightError,
+    },
+    /// The answer is not the JSON the action documents.
+    #[error("node {address}: {action} answered something unexpected: {reason}")]
+    Answer {
+        /// `ip:port`.
+        address: String,
+        /// The action.
+        action: &'static str,
+        /// Why it could not be read.
+        reason: String,
+    },
+}
+
+/// What a node runs, from its `stats` and `topology` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeReport {
+    /// The config generation the node runs.
+    pub generation: u64,
+    /// The ring version it routes by (0 without a ring).
+    pub ring_version: u64,
+    /// Entries it holds.
+    pub entries: u64,
+}
+
+/// What `configure` applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Configured {
+    /// The config generation now running.
+    pub generation: u64,
+    /// The ring version now routing.
+    pub ring_version: u64,
+}
+
+/// What `rebalance` moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebalanced {
+    /// Entries sent to their owners and removed here.
+    #[serde(default)]
+    pub moved: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub moved_bytes: u64,
+    /// Entries that could not be sent (kept here).
+    #[serde(default)]
+    pub failed: u64,
+    /// Entries this node still owns.
+    #[serde(default)]
+    pub kept: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatsAnswer {
+    generation: u64,
+    entries: u64,
+}
+
+#[derive(Deserialize)]
+struct TopologyAnswer {
+    version: u64,
+}
+
+/// Calls nodes of one cluster (same port and token for every node).
+#[derive(Clone)]
+pub struct NodeAdmin {
+    port: i32,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for NodeAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAdmin")
+            .field("port", &self.port)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl NodeAdmin {
+    /// Calls nodes on `port`, with a bearer token when the cluster has auth.
+    pub fn new(port: i32, token: Option<String>) -> Self {
+        Self { port, token }
+    }
+
+    /// The config generation, ring version and entry count of the node at `ip`.
+    ///
+    /// # Errors
+    /// [`NodeCallError`] naming the node and the action.
+    pub async fn report(&self, ip: &str) -> Result<NodeReport, NodeCallError> {
+        let stats: StatsAnswer = self
+            .call_json(ip, "stats", Bytes::new(), CALL_TIMEOUT)
+            .await?;
+        let topology: TopologyAnswer = self
+            .call_json(ip, "topology", Bytes::new(), CALL_TIMEOUT)
+            .await?;
+        Ok(NodeReport {
+            generation: stats.generation,
+            ring_version: topology.version,
+            entries: stats.entries,
+        })
+    }
+
+    /// Pushes `doc` (live config fields and/or a ring) to the node at `ip`.
+    ///
+    /// # Errors
+    /// [`NodeCallError`]; a refused document comes back as the node's gRPC status.
+    pub async fn configure(
+        &self,
+        ip: &str,
+        doc: &NodeDocument,
+    ) -> Result<Configured, NodeCallError> {
+        let body = Bytes::from(doc.to_json());
+        self.call_json(ip, "configure", body, CALL_TIMEOUT).await
+    }
+
+    /// Asks the node at `ip` to hand every entry it does not own under its current ring
+    /// to the owners.
+    ///
+    /// # Errors
+    /// [`NodeCallError`].
+    pub async fn rebalance(&self, ip: &str) -> Result<Rebalanced, NodeCallError> {
+        self.call_json(ip, "rebalance", Bytes::new(), REBALANCE_TIMEOUT)
+            .await
+    }
+
+    fn address(&self, ip: &str) -> String {
+        if ip.contains(':') {
+            format!("[{ip}]:{}", self.port)
+        } else {
+            format!("{ip}:{}", self.port)
+        }
+    }
+
+    async fn call_json<T: serde::de::DeserializeOwned>(
+        &self,
+        ip: &str,
+        action: &'static str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<T, NodeCallError> {
+        let address = self.address(ip);
+        let answer = self.call(&address, action, body, timeout).await?;
+        serde_json::from_slice(&answer).map_err(|err| NodeCallError::Answer {
+            address,
+            action,
+            reason: err.to_string(),
+        })
+    }
+
+    async fn call(
+        &self,
+        address: &str,
+        action: &'static str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, NodeCallError> {
+        let flight = |source| NodeCallError::Flight {
+            address: address.to_owned(),
+            action,
+            source,
+        };
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|_| NodeCallError::BadAddress {
+                address: address.to_owned(),
+            })?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(timeout)
+            .connect_lazy();
+        let mut client = FlightClient::new(channel);
+        if let Some(token) = &self.token {
+            client
+                .add_header("authorization", &format!("Bearer {token}"))
+                .map_err(flight)?;
+        }
+        let call = async {
+            let mut results = client
+                .do_action(Action::new(action, body))
+                .await
+                .map_err(flight)?;
+            match results.next().await {
+                Some(result) => result.map_err(flight),
+                None => Ok(Bytes::new()),
+            }
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| NodeCallError::Timeout {
+                address: address.to_owned(),
+                action,
+                timeout,
+            })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_pod_addresses_are_bracketed() {
+        let admin = NodeAdmin::new(50051, None);
+        assert_eq!(admin.address("10.244.0.7"), "10.244.0.7:50051");
+        assert_eq!(admin.address("fd00::7"), "[fd00::7]:50051");
+    }
+
+    #[test]
+    fn the_token_never_appears_in_debug_output() {
+        let admin = NodeAdmin::new(50051, Some("s3cret".into()));
+        assert!(!format!("{admin:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,643 @@
+//! What a pool needs next: its ring, its StatefulSet size and the node calls of this
+//! pass. Pure: a function of the spec, the observed pods, what each node reports and
+//! the ring last published, so an operator restarted mid-change picks up where the
+//! last one stopped (the state lives in the ring and in the nodes, not in memory).
+//!
+//! The rules, one pool at a time:
+//! - **Ring.** Ordinals below `shards` are members. A new member is `joining` until its
+//!   pod is Ready, then `active`; a member that was active stays active while its pod is
+//!   briefly not Ready (no ring churn for a crash; replicas = 2 covers it). Ordinals at
+//!   or above `shards` that still exist are `draining`. A member restarted with handoff
+//!   is `draining` from before its pod stops until it is back Ready on the new template.
+//! - **Handoff.** When a member leaves the key space (draining), it first hands its
+//!   entries to their next owners (`rebalance` on it); when a member enters it (active),
+//!   the others hand it the entries it now owns (`rebalance` on them).
+//! - **Restarts** (pod template changed, `OnDelete`): one node at a time, only when every
+//!   node is Ready and the ring is settled; highest ordinal first; drained, then evicted
+//!   (the PDB is respected). A pool of one node restarts cold: there is no peer.
+//! - **Scale-in.** The StatefulSet shrinks only after the leaving nodes are drained and
+//!   every node routes by the ring that excludes them.
+//! - **Live config.** The new generation is pushed to one node per pass, and only while
+//!   every node already running it is Ready.
+
+use std::collections::BTreeMap;
+
+use crds::node_config::{MemberState, Topology};
+
+use crate::build::PoolLayout;
+use crate::nodes::NodeReport;
+use crate::ring;
+use crate::validate::{ValidatedCluster, ValidatedPool};
+
+/// One pod of the pool as observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeView {
+    /// Pod name (the member id).
+    pub name: String,
+    /// StatefulSet ordinal.
+    pub ordinal: i32,
+    /// Ready and not terminating.
+    pub ready: bool,
+    /// Created from the StatefulSet's current revision.
+    pub current_template: bool,
+    /// Pod IP, once it has one.
+    pub ip: Option<String>,
+    /// What the node reported this pass (`None`: not asked, or it did not answer).
+    pub report: Option<NodeReport>,
+}
+
+impl NodeView {
+    fn reachable(&self) -> Option<&str> {
+        if self.ready { self.ip.as_deref() } else { None }
+    }
+}
+
+/// A pool as observed at the start of a pass.
+#[derive(Debug, Clone, Default)]
+pub struct PoolObservation {
+    /// StatefulSet replicas now (`None`: no StatefulSet yet).
+    pub statefulset_replicas: Option<i32>,
+    /// Every pod of the pool, any ordinal.
+    pub nodes: Vec<NodeView>,
+    /// The ring in the pool's ConfigMap (the one last published).
+    pub previous: Option<Topology>,
+    /// The highest ring version the status recorded.
+    pub seen_ring_version: u64,
+}
+
+/// A call to one node, or an eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send the ring to these nodes (name, IP).
+    PushRing(Vec<(String, String)>),
+    /// Ask a node to hand off the entries it does not own (name, IP).
+    Rebalance(String, String),
+    /// Restart a node through the Eviction API (after its rebalance moved everything).
+    Evict(String),
+    /// Push the live config (the new generation) to a node (name, IP).
+    PushConfig(String, String),
+}
+
+/// What is going on in the pool, for status and events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Nothing to do.
+    Settled,
+    /// Waiting for nodes to start or become Ready.
+    WaitingForNodes,
+    /// New nodes joining; keys move to them.
+    ScalingOut(Vec<String>),
+    /// Highest nodes draining before the StatefulSet shrinks.
+    ScalingIn(Vec<String>),
+    /// A node restarting with handoff for a new pod template.
+    Restarting(String),
+    /// Live config being pushed, one node at a time.
+    Configuring,
+}
+
+/// The plan of one pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPlan {
+    /// Ring and StatefulSet size to apply.
+    pub layout: PoolLayout,
+    /// Node calls, in order; a failed one ends the pass.
+    pub steps: Vec<Step>,
+    /// What is going on.
+    pub phase: Phase,
+}
+
+impl PoolPlan {
+    /// Whether the pool is still changing (including nodes still starting).
+    pub fn progressing(&self) -> bool {
+        self.phase != Phase::Settled
+    }
+
+    /// Whether a change of running nodes (config, ring, restarts) is under way.
+    pub fn rolling_out(&self) -> bool {
+        !matches!(self.phase, Phase::Settled | Phase::WaitingForNodes)
+    }
+}
+
+/// The plan for `pool` given what was observed.
+pub fn plan_pool(
+    cluster: &ValidatedCluster,
+    pool: &ValidatedPool,
+    observed: &PoolObservation,
+) -> PoolPlan {
+    let shards = pool.shards;
+    let by_ordinal: BTreeMap<i32, &NodeView> =
+        observed.nodes.iter().map(|n| (n.ordinal, n)).collect();
+    let previous = observed.previous.as_ref();
+    let previous_state =
+        |ordinal: i32| previous.and_then(|p| ring::state_of(p, cluster, pool, ordinal));
+    let ready = |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.ready);
+    let current_template =
+        |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.current_template);
+
+    // Member states.
+    let mut states = BTreeMap::new();
+    for ordinal in 0..shards {
+        let state = match (previous.is_some(), previous_state(ordinal), ready(ordinal)) {
+            // A new pool starts with every node active: nothing to hand off yet.
+            (false, _, _) => MemberState::Active,
+            (true, Some(MemberState::Draining), true) if !current_template(ordinal) => {
+                MemberState::Draining
+            }
+            (true, _, true) | (true, Some(MemberState::Active), false) => MemberState::Active,
+            (true, Some(MemberState::Draining), false) => MemberState::Draining,
+            (true, _, false) => MemberState::Joining,
+        };
+        states.insert(ordinal, state);
+    }
+    let current_replicas = observed.statefulset_replicas.unwrap_or(shards);
+    let leaving: Vec<i32> = (shards..current_replicas.max(shards))
+        .chain(by_ordinal.keys().copied().filter(|&o| o >= shards))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for &ordinal in &leaving {
+        states.insert(ordinal, MemberState::Draining);
+    }
+
+    // A restart with handoff starts only in a settled pool: every node Ready, nobody
+    // joining or leaving, no other handoff running, and the ring published last was
+    // already all active (so a returning node gets its keys back before the next one
+    // leaves).
+    let all_ready = (0..shards).all(ready);
+    let handoff_running = (0..shards).any(|o| states.get(&o) == Some(&MemberState::Draining));
+    let ring_was_settled = previous.is_none_or(|p| {
+        p.members.iter().all(|m| m.state == MemberState::Active) && p.members.len() == states.len()
+    });
+    let settled = all_ready
+        && leaving.is_empty()
+        && !handoff_running
+        && ring_was_settled
+        && states.values().all(|s| *s == MemberState::Active);
+    let mut cold_restart = None;
+    if settled {
+        let outdated = (0..shards).rev().find(|&o| !current_template(o));
+        match outdated {
+            Some(ordinal) if shards > 1 => {
+                states.insert(ordinal, MemberState::Draining);
+            }
+            Some(ordinal) => cold_restart = Some(ordinal),
+            None => {}
+        }
+    }
+
+    let topology =
+        ring::plan_topology(cluster, pool, &states, previous, observed.seen_ring_version);
+    let ring_changed = previous.is_none_or(|p| p.version != topology.version);
+
+    // Drained leaving nodes (or ones that cannot be asked) may go once every reachable
+    // node routes by this ring.
+    let all_route_by_ring = observed
+        .nodes
+        .iter()
+        .filter(|n| n.reachable().is_some())
+        .all(|n| n.report.is_some_and(|r| r.ring_version >= topology.version));
+    let leaving_drained = leaving.iter().all(|o| match by_ordinal.get(o) {
+        Some(node) if node.ready => node.report.is_some_and(|r| r.entries == 0),
+        _ => true,
+    });
+    let replicas = if leaving.is_empty() || (!ring_changed && all_route_by_ring && leaving_drained)
+    {
+        shards
+    } else {
+        current_replicas.max(shards)
+    };
+
+    let mut steps = Vec::new();
+    let behind: Vec<(String, String)> = observed
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let ip = n.reachable()?;
+            let current = n.report.is_some_and(|r| r.ring_version >= topology.version);
+            (!current).then(|| (n.name.clone(), ip.to_owned()))
+        })
+        .collect();
+    if !behind.is_empty() {
+        steps.push(Step::PushRing(behind));
+    }
+    let rebalance = |steps: &mut Vec<Step>, node: &NodeView| {
+        if let Some(ip) = node.reachable() {
+            steps.push(Step::Rebalance(node.name.clone(), ip.to_owned()));
+        }
+    };
+    // Entering members get their keys from the others.
+    let entering: Vec<i32> = states
+        .iter()
+        .filter(|&(&o, &s)| {
+            s == MemberState::Active && previous.is_some() && previous_state(o) != Some(s)
+        })
+        .map(|(&o, _)| o)
+        .collect();
+    if ring_changed && !entering.is_empty() {
+        for node in observed
+            .nodes
+            .iter()
+            .filter(|n| !entering.contains(&n.ordinal))
+        {
+            rebalance(&mut steps, node);
+        }
+    }
+    // Leaving nodes hand their entries off.
+    for ordinal in &leaving {
+        if let Some(node) = by_ordinal.get(ordinal)
+            && node.report.is_none_or(|r| r.entries > 0)
+        {
+            rebalance(&mut steps, node);
+        }
+    }
+    // A draining member on an old template: hand off, then restart it.
+    let restarting = (0..shards).find(|&o| {
+        states.get(&o) == Some(&MemberState::Draining) && ready(o) && !current_template(o)
+    });
+    if let Some(ordinal) = restarting
+        && let Some(node) = by_ordinal.get(&ordinal)
+    {
+        rebalance(&mut steps, node);
+        steps.push(Step::Evict(node.name.clone()));
+    }
+    if let Some(ordinal) = cold_restart
+        && let Some(node) = by_ordinal.get(&ordinal)
+    {
+        steps.push(Step::Evict(node.name.clone()));
+    }
+
+    // Live config: one node per pass, while every node already on it is healthy.
+    let target = u64::try_from(cluster.generation).unwrap_or(0);
+    let at_target_healthy = observed
+        .nodes
+        .iter()
+        .filter(|n| n.report.is_some_and(|r| r.generation >= target))
+        .all(|n| n.ready);
+    let next_config = observed
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal < shards && n.reachable().is_some())
+        .find(|n| n.report.is_some_and(|r| r.generation < target));
+    let config_behind = observed
+        .nodes
+        .iter()
+        .any(|n| n.ordinal < shards && n.report.is_none_or(|r| r.generation < target));
+    if at_target_healthy
+        && let Some(node) = next_config
+        && let Some(ip) = node.reachable()
+    {
+        steps.push(Step::PushConfig(node.name.clone(), ip.to_owned()));
+    }
+
+    let name = |o: &i32| ring::member_id(cluster, pool, *o);
+    let joining: Vec<String> = states
+        .iter()
+        .filter(|&(_, &s)| s == MemberState::Joining)
+        .map(|(o, _)| name(o))
+        .collect();
+    let phase = if !leaving.is_empty() {
+        Phase::ScalingIn(leaving.iter().map(name).collect())
+    } else if !joining.is_empty() {
+        Phase::ScalingOut(joining)
+    } else if let Some(ordinal) = (0..shards)
+        .find(|o| states.get(o) == Some(&MemberState::Draining))
+        .or(cold_restart)
+    {
+        Phase::Restarting(name(&ordinal))
+    } else if !all_ready || observed.nodes.len() < usize::try_from(shards).unwrap_or(0) {
+        Phase::WaitingForNodes
+    } else if config_behind || !steps.is_empty() || (0..shards).any(|o| !current_template(o)) {
+        Phase::Configuring
+    } else {
+        Phase::Settled
+    };
+    PoolPlan {
+        layout: PoolLayout { topology, replicas },
+        steps,
+        phase,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::validated;
+
+    fn node(ordinal: i32, ready: bool, current: bool, report: Option<NodeReport>) -> NodeView {
+        NodeView {
+            name: format!("demo-hot-{ordinal}"),
+            ordinal,
+            ready,
+            current_template: current,
+            ip: Some(format!("10.0.0.{ordinal}")),
+            report,
+        }
+    }
+
+    fn report(generation: u64, ring_version: u64, entries: u64) -> Option<NodeReport> {
+        Some(NodeReport {
+            generation,
+            ring_version,
+            entries,
+        })
+    }
+
+    fn settled_ring(cluster: &ValidatedCluster, shards: i32) -> Topology {
+        ring::plan_topology(
+            cluster,
+            &cluster.pools[0],
+            &ring::all_active(shards),
+            None,
+            0,
+        )
+    }
+
+    #[test]
+    fn a_new_pool_starts_with_every_node_active_and_no_calls() {
+        let cluster = validated(&[("hot", 3)]);
+        let plan = plan_pool(&cluster, &cluster.pools[0], &PoolObservation::default());
+        assert_eq!(
+            plan.layout,
+            PoolLayout::initial(&cluster, &cluster.pools[0])
+        );
+        assert!(plan.steps.is_empty());
+        assert_eq!(plan.phase, Phase::WaitingForNodes);
+    }
+
+    #[test]
+    fn a_settled_pool_does_nothing() {
+        let cluster = validated(&[("hot", 3)]);
+        let ring = settled_ring(&cluster, 3);
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, true, report(3, 1, 10)))
+                .collect(),
+            previous: Some(ring.clone()),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(plan.layout.topology, ring);
+        assert_eq!(plan.layout.replicas, 3);
+        assert_eq!(plan.steps, []);
+        assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn nodes_behind_the_ring_get_it_pushed() {
+        let cluster = validated(&[("hot", 2)]);
+        let observed = PoolObservation {
+            statefulset_replicas: Some(2),
+            nodes: vec![
+                node(0, true, true, report(3, 1, 0)),
+                node(1, true, true, None),
+            ],
+            previous: Some(settled_ring(&cluster, 2)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::PushRing(vec![(
+                "demo-hot-1".into(),
+                "10.0.0.1".into()
+            )])]
+        );
+    }
+
+    #[test]
+    fn a_template_change_drains_the_highest_node_then_evicts_it() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, false, report(3, 1, 10)))
+                .collect(),
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert_eq!(plan.layout.topology.version, 2);
+        assert_eq!(
+            ring::state_of(&plan.layout.topology, &cluster, pool, 2),
+            Some(MemberState::Draining)
+        );
+        let ips: Vec<(String, String)> = (0..3)
+            .map(|o| (format!("demo-hot-{o}"), format!("10.0.0.{o}")))
+            .collect();
+        assert_eq!(
+            plan.steps,
+            [
+                Step::PushRing(ips),
+                Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()),
+                Step::Evict("demo-hot-2".into()),
+            ]
+        );
+        assert_eq!(plan.phase, Phase::Restarting("demo-hot-2".into()));
+
+        // While it restarts it stays draining; nothing else is touched.
+        let mut restarting = observed.clone();
+        restarting.previous = Some(plan.layout.topology.clone());
+        restarting.seen_ring_version = 2;
+        restarting.nodes[2] = node(2, false, true, None);
+        for n in &mut restarting.nodes[..2] {
+            n.report = report(3, 2, 15);
+        }
+        let waiting = plan_pool(&cluster, pool, &restarting);
+        assert_eq!(waiting.layout.topology, plan.layout.topology);
+        assert_eq!(waiting.steps, []);
+
+        // Back and Ready on the new template: active again, the others hand its keys back.
+        let mut back = restarting.clone();
+        back.nodes[2] = node(2, true, true, report(3, 2, 0));
+        let returned = plan_pool(&cluster, pool, &back);
+        assert_eq!(returned.layout.topology.version, 3);
+        assert_eq!(
+            ring::state_of(&returned.layout.topology, &cluster, pool, 2),
+            Some(MemberState::Active)
+        );
+        assert_eq!(
+            returned.steps[1..],
+            [
+                Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
+                Step::Rebalance("demo-hot-1".into(), "10.0.0.1".into()),
+            ]
+        );
+
+        // The next pass drains the next node.
+        let mut next = back.clone();
+        next.previous = Some(returned.layout.topology.clone());
+        next.seen_ring_version = 3;
+        for n in &mut next.nodes {
+            n.report = report(3, 3, 10);
+        }
+        let following = plan_pool(&cluster, pool, &next);
+        assert_eq!(following.phase, Phase::Restarting("demo-hot-1".into()));
+        assert_eq!(
+            following.steps.last(),
+            Some(&Step::Evict("demo-hot-1".into()))
+        );
+    }
+
+    #[test]
+    fn no_restart_starts_while_a_node_is_not_ready() {
+        let cluster = validated(&[("hot", 3)]);
+        let mut nodes: Vec<NodeView> = (0..3)
+            .map(|o| node(o, true, false, report(3, 1, 1)))
+            .collect();
+        nodes[0].ready = false;
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes,
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert!(!plan.steps.iter().any(|s| matches!(s, Step::Evict(_))));
+        assert_eq!(plan.layout.topology.version, 1);
+    }
+
+    #[test]
+    fn a_one_node_pool_restarts_cold() {
+        let cluster = validated(&[("hot", 1)]);
+        let observed = PoolObservation {
+            statefulset_replicas: Some(1),
+            nodes: vec![node(0, true, false, report(3, 1, 5))],
+            previous: Some(settled_ring(&cluster, 1)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(plan.steps, [Step::Evict("demo-hot-0".into())]);
+        assert_eq!(plan.layout.topology.version, 1);
+    }
+
+    #[test]
+    fn scale_in_drains_the_highest_nodes_before_the_statefulset_shrinks() {
+        let cluster = validated(&[("hot", 2)]);
+        let pool = &cluster.pools[0];
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, true, report(3, 1, 10)))
+                .collect(),
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert_eq!(
+            plan.layout.replicas, 3,
+            "keep the leaving node until it is drained"
+        );
+        assert_eq!(
+            ring::state_of(&plan.layout.topology, &cluster, pool, 2),
+            Some(MemberState::Draining)
+        );
+        assert_eq!(
+            plan.steps.last(),
+            Some(&Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()))
+        );
+        assert_eq!(plan.phase, Phase::ScalingIn(vec!["demo-hot-2".into()]));
+
+        // Drained and every node on the new ring: shrink.
+        let mut drained = observed.clone();
+        drained.previous = Some(plan.layout.topology.clone());
+        drained.seen_ring_version = 2;
+        for n in &mut drained.nodes {
+            n.report = report(3, 2, if n.ordinal == 2 { 0 } else { 15 });
+        }
+        let shrink = plan_pool(&cluster, pool, &drained);
+        assert_eq!(shrink.layout.replicas, 2);
+        assert_eq!(shrink.steps, []);
+
+        // Gone: the ring forgets it.
+        let mut gone = drained.clone();
+        gone.statefulset_replicas = Some(2);
+        gone.nodes.truncate(2);
+        let after = plan_pool(&cluster, pool, &gone);
+        assert_eq!(after.layout.topology.members.len(), 2);
+        assert_eq!(after.layout.topology.version, 3);
+    }
+
+    #[test]
+    fn scale_out_joins_new_nodes_then_moves_their_keys_to_them() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let mut nodes: Vec<NodeView> = (0..2)
+            .map(|o| node(o, true, true, report(3, 1, 10)))
+            .collect();
+        nodes.push(node(2, false, true, None));
+        let observed = PoolObservation {
+            statefulset_replicas: Some(2),
+            nodes,
+            previous: Some(settled_ring(&cluster, 2)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert_eq!(
+            ring::state_of(&plan.layout.topology, &cluster, pool, 2),
+            Some(MemberState::Joining)
+        );
+        assert_eq!(plan.layout.replicas, 3);
+        assert_eq!(plan.phase, Phase::ScalingOut(vec!["demo-hot-2".into()]));
+
+        let mut ready = observed.clone();
+        ready.previous = Some(plan.layout.topology.clone());
+        ready.seen_ring_version = plan.layout.topology.version;
+        ready.nodes[2] = node(2, true, true, report(3, 2, 0));
+        let joined = plan_pool(&cluster, pool, &ready);
+        assert_eq!(
+            ring::state_of(&joined.layout.topology, &cluster, pool, 2),
+            Some(MemberState::Active)
+        );
+        assert_eq!(
+            joined.steps[1..],
+            [
+                Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
+                Step::Rebalance("demo-hot-1".into(), "10.0.0.1".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn live_config_goes_to_one_node_per_pass_while_the_updated_ones_are_healthy() {
+        let mut cluster = validated(&[("hot", 3)]);
+        cluster.generation = 4;
+        let ring = settled_ring(&cluster, 3);
+        let mut observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, true, report(3, 1, 1)))
+                .collect(),
+            previous: Some(ring),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::PushConfig("demo-hot-0".into(), "10.0.0.0".into())]
+        );
+        assert_eq!(plan.phase, Phase::Configuring);
+
+        observed.nodes[0].report = report(4, 1, 1);
+        let next = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            next.steps,
+            [Step::PushConfig("demo-hot-1".into(), "10.0.0.1".into())]
+        );
+
+        // The node that took the new config is not Ready: stop there.
+        observed.nodes[0].ready = false;
+        let held = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert!(!held.steps.iter().any(|s| matches!(s, Step::PushConfig(..))));
+
+        for n in &mut observed.nodes {
+            n.ready = true;
+            n.report = report(4, 1, 1);
+        }
+        assert_eq!(
+            plan_pool(&cluster, &cluster.pools[0], &observed).phase,
+            Phase::Settled
+        );
+    }
+}
