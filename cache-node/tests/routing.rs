@@ -638,3 +638,77 @@ async fn with_two_replicas_invalidate_removes_both_copies_and_a_down_replica_doe
     assert!(!holds(cluster.node(first), &key));
     cluster.shutdown().await;
 }
+
+async fn listed(client: &mut FlightClient, prefix: &str) -> Result<Vec<String>, tonic::Status> {
+    let infos: Vec<_> = client
+        .list_flights(prefix.as_bytes().to_vec())
+        .await
+        .map_err(status)?
+        .try_collect()
+        .await
+        .map_err(status)?;
+    Ok(infos
+        .into_iter()
+        .map(|info| info.flight_descriptor.unwrap().path.join("/"))
+        .collect())
+}
+
+#[tokio::test]
+async fn list_flights_on_any_node_lists_the_whole_pool_once_per_key() {
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let mut via0 = cluster.client(0).await;
+    let mut expected = Vec::new();
+    for i in 0..12 {
+        let key = format!("listing/{i:02}");
+        put(&mut via0, path(&key), vec![sample_batch(5, i)], None)
+            .await
+            .unwrap();
+        expected.push(key);
+        put(
+            &mut via0,
+            path(&format!("other/{i}")),
+            vec![sample_batch(1, i)],
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    // Every key is held twice, and every node holds only part of them.
+    let held: u64 = (0..3).map(|i| cluster.node(i).store.stats().entries).sum();
+    assert_eq!(held, 48);
+    for i in 0..3 {
+        let mut client = cluster.client(i).await;
+        assert_eq!(
+            listed(&mut client, "listing/").await.unwrap(),
+            expected,
+            "via n-{i}"
+        );
+        assert_eq!(listed(&mut client, "").await.unwrap().len(), 24);
+    }
+    // The owner's FlightInfo is the one kept: its location is the key's owner.
+    let ring = cluster.ring(&[]);
+    let infos: Vec<_> = via0
+        .list_flights(b"listing/".to_vec())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    for info in infos {
+        let key = info.flight_descriptor.as_ref().unwrap().path.join("/");
+        let owner = node_index(ring.owner(format!("P{key}").as_bytes()).unwrap());
+        assert_eq!(
+            info.endpoint[0].location[0].uri,
+            format!("grpc://{}", cluster.addresses[owner])
+        );
+    }
+    // A member that is down fails the call, naming it, instead of a partial list.
+    cluster.stop(1).await;
+    let err = listed(&mut via0, "listing/").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("n-1"), "{}", err.message());
+    // Once the ring drains n-1 the others list what they hold (its keys' second copies).
+    cluster.publish(2, &[1]).await;
+    assert_eq!(listed(&mut via0, "listing/").await.unwrap(), expected);
+    cluster.shutdown().await;
+}

@@ -4,12 +4,14 @@
 //! ListActions. DoExchange and PollFlightInfo answer UNIMPLEMENTED. Every call is
 //! authorised (`auth.rs`), timed into the RPC metrics and mapped to a gRPC status in
 //! one place (`error.rs`). With a topology, calls for keys this node does not own go to
-//! their owner (`forward.rs`); `invalidate-prefix` and `clear` run on every member.
+//! their owner (`forward.rs`), with `replicas: 2` also to its second choice
+//! (`replica.rs`); `invalidate-prefix`, `clear` and ListFlights run on every member.
 
 pub mod actions;
 pub mod auth;
 pub mod forward;
 pub mod lease;
+mod list;
 pub mod put;
 mod replica;
 pub mod ticket;
@@ -260,7 +262,7 @@ impl FlightService for FlightCacheService {
         request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
         let timer = self.metrics.rpc("ListFlights");
-        let result = (|| {
+        let result = async {
             self.auth.check(request.metadata())?;
             let expression = &request.get_ref().expression;
             let prefix = if expression.is_empty() {
@@ -271,13 +273,14 @@ impl FlightService for FlightCacheService {
                 })?;
                 CacheKey::path_prefix_store_bytes(text)
             };
-            let mut infos = Vec::new();
-            for (store_key, entry) in self.store.list(&prefix) {
-                let key = CacheKey::try_from_store_bytes(&store_key)?;
-                infos.push(Ok(self.flight_info(&key, &entry)?));
-            }
-            Ok(Response::new(futures::stream::iter(infos).boxed()))
-        })();
+            let infos = self
+                .list_pool(&prefix, request.get_ref(), request.metadata())
+                .await?;
+            Ok(Response::new(
+                futures::stream::iter(infos.into_iter().map(Ok)).boxed(),
+            ))
+        }
+        .await;
         finish(timer, result)
     }
 

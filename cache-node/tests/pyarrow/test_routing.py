@@ -72,6 +72,42 @@ def test_put_through_node_0_and_get_through_node_2_across_processes(cluster):
     assert total == 24
 
 
+def test_list_flights_on_any_node_lists_every_nodes_keys_once(cluster):
+    via0 = flight.connect(cluster[0].location)
+    expected = []
+    for i in range(15):
+        key = f"listed/{i:02}"
+        put(via0, key, table(3, i))
+        expected.append(key)
+    for node in cluster:
+        client = flight.connect(node.location)
+        infos = list(client.list_flights(b"listed/"))
+        keys = ["/".join(p.decode() for p in info.descriptor.path) for info in infos]
+        assert keys == expected
+        assert all(info.total_records == 3 for info in infos)
+
+
+def test_proxy_location_mode_sends_no_location_and_the_node_asked_serves_the_ticket(cluster):
+    via0 = flight.connect(cluster[0].location)
+    key = "proxied/0"
+    data = table(50, 4)
+    put(via0, key, data)
+
+    def configure(body):
+        return json.loads(list(via0.do_action(flight.Action("configure", body)))[0].body.to_pybytes())
+
+    configure(b'{"locationMode": "proxy"}')
+    try:
+        for i in range(10):
+            key = f"proxied/{i}"
+            put(via0, key, table(5, i))
+            info = via0.get_flight_info(flight.FlightDescriptor.for_path(*key.split("/")))
+            assert list(info.endpoints[0].locations) == []
+            assert via0.do_get(info.endpoints[0].ticket).read_all().equals(table(5, i))
+    finally:
+        configure(b'{"locationMode": "direct"}')
+
+
 def test_a_stopped_owner_is_named_and_other_keys_are_served(cluster):
     via0 = flight.connect(cluster[0].location)
     keys_by_owner = {}
