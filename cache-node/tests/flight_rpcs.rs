@@ -154,7 +154,8 @@ async fn every_action_does_what_it_says() {
             "stats",
             "configure",
             "topology",
-            "lease"
+            "lease",
+            "rebalance"
         ]
     );
 

@@ -10,6 +10,7 @@
 //! | `configure` | a node config document with live fields only and/or a `topology` (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0, "ringVersion": 7}` |
 //! | `topology` | empty | `{"memberId": "p-0", "version": 7, "members": [...]}` (version 0 and no members without a topology) |
 //! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `lease.rs`) |
+//! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "ringVersion": 8}` (see `rebalance.rs`) |
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
 //! on every member (the Flight adapter forwards them; see `flight::forward`).
@@ -45,11 +46,13 @@ pub enum NodeAction {
     Topology,
     /// A fill lease for a missing key (miss coalescing).
     Lease,
+    /// Hand entries this node no longer owns to their owners.
+    Rebalance,
 }
 
 impl NodeAction {
     /// Every action, in ListActions order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Ping,
         Self::Invalidate,
         Self::InvalidatePrefix,
@@ -58,6 +61,7 @@ impl NodeAction {
         Self::Configure,
         Self::Topology,
         Self::Lease,
+        Self::Rebalance,
     ];
 
     /// The action type string.
@@ -71,6 +75,7 @@ impl NodeAction {
             Self::Configure => "configure",
             Self::Topology => "topology",
             Self::Lease => "lease",
+            Self::Rebalance => "rebalance",
         }
     }
 
@@ -94,6 +99,12 @@ impl NodeAction {
             Self::Lease => {
                 "Miss coalescing. Body: a key. The first caller gets a fill lease (run the query, \
                  DoPut); later callers wait for that DoPut ('filled') or time out."
+            }
+            Self::Rebalance => {
+                "Hand every entry this node no longer owns under its ring to the key's owners, \
+                 hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
+                 \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
+                 \"ringVersion\"}."
             }
         }
     }
@@ -161,6 +172,12 @@ pub fn run(
             // Leases wait for a DoPut, so the Flight adapter runs them (async).
             return Err(Error::Unimplemented(
                 "the lease action outside the Flight service",
+            ));
+        }
+        NodeAction::Rebalance => {
+            // Rebalance sends entries to other nodes, so the Flight adapter runs it.
+            return Err(Error::Unimplemented(
+                "the rebalance action outside the Flight service",
             ));
         }
         NodeAction::Topology => {

@@ -13,6 +13,7 @@ pub mod forward;
 pub mod lease;
 mod list;
 pub mod put;
+pub mod rebalance;
 mod replica;
 pub mod ticket;
 
@@ -521,6 +522,7 @@ impl FlightService for FlightCacheService {
                     let elsewhere = self.fan_out(action, metadata).await?;
                     Bytes::from(json!({ "removed": here + elsewhere }).to_string())
                 }
+                actions::NodeAction::Rebalance => self.rebalance(&action.body, metadata).await?,
                 _ => actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?,
             };
             let reply = arrow_flight::Result { body };

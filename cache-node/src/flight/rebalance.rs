@@ -1,0 +1,208 @@
+//! The `rebalance` action: hand every entry this node holds but no longer owns to the
+//! key's owners under the current ring, then remove it here.
+//!
+//! For each live entry the key's first `replicas` owners are computed (a draining node
+//! owns nothing). If this node is one of them the entry is kept. Otherwise it is sent to
+//! each of them as a DoPut marked `x-flightcache-write: migration` (stored there only if
+//! the key is absent, so a newer write is never overwritten), carrying its lifetime in
+//! the `x-flightcache-entry-*` headers (see `forward.rs`), and removed here (cause
+//! `migrated`) once every owner has it. A failed or timed-out send keeps the entry here
+//! and counts it as failed: a handover never loses data. Hottest entries go first
+//! (most hits, then most recently used) with bounded concurrency, so the hot set lands
+//! first if a receiver's budget is tight.
+//!
+//! Body (optional JSON): `{"dryRun": bool, "limit": N}`. Result:
+//! `{"moved", "movedBytes", "failed", "kept", "ringVersion"}`. Does network I/O.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tonic::metadata::MetadataMap;
+
+use super::FlightCacheService;
+use super::forward::{self, WriteKind};
+use crate::error::{Error, Result};
+use crate::key::CacheKey;
+use crate::routing::members::Peer;
+use crate::store::HandoffEntry;
+
+/// Entries sent at once.
+pub const CONCURRENCY: usize = 4;
+/// How long handing one entry to all its owners may take before it counts as failed.
+pub const ENTRY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The `rebalance` action's body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RebalanceRequest {
+    /// Count what would move without sending or removing anything.
+    #[serde(default)]
+    dry_run: bool,
+    /// Move at most this many entries (the hottest); the rest count as kept.
+    limit: Option<u64>,
+}
+
+/// The `rebalance` action's result.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceReport {
+    /// Entries handed to their owners and removed here (dry run: that would be).
+    pub moved: u64,
+    /// Their weight in bytes.
+    pub moved_bytes: u64,
+    /// Entries that could not be handed over (an owner unreachable or refusing, the
+    /// deadline, no active owner); they are still here.
+    pub failed: u64,
+    /// Entries this node keeps: it is one of their owners, or they were past `limit`.
+    pub kept: u64,
+    /// The ring version the owners were computed with.
+    pub ring_version: u64,
+}
+
+impl FlightCacheService {
+    /// Runs `rebalance` with `body`.
+    ///
+    /// # Errors
+    /// [`Error::BadActionBody`] for a body that is not the documented JSON.
+    pub(super) async fn rebalance(&self, body: &Bytes, metadata: &MetadataMap) -> Result<Bytes> {
+        let request: RebalanceRequest = if body.iter().all(u8::is_ascii_whitespace) {
+            RebalanceRequest::default()
+        } else {
+            serde_json::from_slice(body).map_err(|err| Error::BadActionBody {
+                action: "rebalance",
+                reason: format!("{err}; send JSON like {{\"dryRun\": true, \"limit\": 100}}"),
+            })?
+        };
+        let report = self.run_rebalance(&request, metadata).await;
+        tracing::info!(
+            moved = report.moved,
+            moved_bytes = report.moved_bytes,
+            failed = report.failed,
+            kept = report.kept,
+            ring_version = report.ring_version,
+            dry_run = request.dry_run,
+            "rebalance finished"
+        );
+        Ok(Bytes::from(serde_json::to_vec(&report).unwrap_or_default()))
+    }
+
+    async fn run_rebalance(
+        &self,
+        request: &RebalanceRequest,
+        metadata: &MetadataMap,
+    ) -> RebalanceReport {
+        let entries = self.store.handoff_list();
+        let Some(membership) = self.routing.current() else {
+            return RebalanceReport {
+                kept: entries.len() as u64,
+                ..RebalanceReport::default()
+            };
+        };
+        let mut report = RebalanceReport {
+            ring_version: membership.ring().version(),
+            ..RebalanceReport::default()
+        };
+        let self_id = self.routing.self_id();
+        let limit = request.limit.unwrap_or(u64::MAX);
+        let mut plan: Vec<(HandoffEntry, Vec<Peer>)> = Vec::new();
+        for entry in entries {
+            let owners = membership.owners(&entry.key);
+            if owners.iter().any(|id| Some(id.as_str()) == self_id) {
+                report.kept += 1;
+                continue;
+            }
+            let peers: Vec<Peer> = owners.iter().filter_map(|id| membership.peer(id)).collect();
+            if peers.is_empty() {
+                report.failed += 1;
+            } else if plan.len() as u64 >= limit {
+                report.kept += 1;
+            } else {
+                plan.push((entry, peers));
+            }
+        }
+        if request.dry_run {
+            report.moved = plan.len() as u64;
+            report.moved_bytes = plan.iter().map(|(e, _)| e.entry.weight_bytes()).sum();
+            return report;
+        }
+        // `buffered` starts the sends in plan order (hottest first).
+        let mut sends = futures::stream::iter(plan)
+            .map(|(entry, peers)| self.hand_over(entry, peers, metadata))
+            .buffered(CONCURRENCY);
+        while let Some(outcome) = sends.next().await {
+            match outcome {
+                Handover::Moved(bytes) => {
+                    report.moved += 1;
+                    report.moved_bytes += bytes;
+                }
+                Handover::Failed => report.failed += 1,
+                Handover::Expired => report.kept += 1,
+            }
+        }
+        report
+    }
+
+    /// Sends one entry to every owner, then removes it here.
+    async fn hand_over(
+        &self,
+        handoff: HandoffEntry,
+        peers: Vec<Peer>,
+        metadata: &MetadataMap,
+    ) -> Handover {
+        let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
+            return Handover::Failed;
+        };
+        let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+        if lifetime.remaining.is_some_and(|left| left.is_zero()) {
+            // Expired meanwhile: nothing worth sending; the expiry sweep removes it.
+            return Handover::Expired;
+        }
+        let sender = self.sender();
+        let send_all = async {
+            for peer in &peers {
+                forward::send_entry(
+                    &self.peers,
+                    peer,
+                    &sender,
+                    &key,
+                    &handoff.entry,
+                    WriteKind::Migration,
+                    &lifetime,
+                    metadata,
+                )
+                .await
+                .map_err(|err| (peer, err))?;
+            }
+            Ok::<(), (&Peer, Error)>(())
+        };
+        match tokio::time::timeout(ENTRY_DEADLINE, send_all).await {
+            Ok(Ok(())) => {}
+            Ok(Err((peer, err))) => {
+                tracing::warn!(%key, owner = %peer.id, error = %err, "handover failed; entry kept here");
+                return Handover::Failed;
+            }
+            Err(_) => {
+                tracing::warn!(%key, deadline = ?ENTRY_DEADLINE, "handover timed out; entry kept here");
+                return Handover::Failed;
+            }
+        }
+        let weight = handoff.entry.weight_bytes();
+        // A newer put of the key here (it should not get one) is left alone.
+        self.store.remove_migrated(&handoff.key, &handoff.entry);
+        self.metrics.migrated_out_entries.inc();
+        self.metrics.migrated_out_bytes.inc_by(weight);
+        Handover::Moved(weight)
+    }
+}
+
+/// What handing one entry over did.
+enum Handover {
+    /// Every owner has it; removed here. Its weight.
+    Moved(u64),
+    /// Kept here: an owner could not store it in time.
+    Failed,
+    /// It expired before it was sent (counted as kept; the expiry sweep removes it).
+    Expired,
+}
