@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, EvictParams, ListParams};
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
@@ -49,6 +49,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Event recorder.
     pub recorder: Recorder,
+    /// False once the API server refused a pod resize: memory changes then restart.
+    pub resize_supported: std::sync::atomic::AtomicBool,
 }
 
 impl Context {
@@ -63,6 +65,7 @@ impl Context {
             client,
             defaults,
             metrics,
+            resize_supported: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -117,7 +120,14 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         None => None,
     };
     let admin = NodeAdmin::new(i32::from(cluster.port), token);
-    let plans = plan_pools(&cluster, &observed, &admin, cc.status.as_ref()).await;
+    let plans = plan_pools(
+        &cluster,
+        &observed,
+        &admin,
+        cc.status.as_ref(),
+        ctx.resize_supported.load(Ordering::Relaxed),
+    )
+    .await;
     let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
     let desired = build::desired_resources(&cluster, &layouts);
     let applied = match apply::apply_all(&ctx.client, &namespace, &desired).await {
@@ -149,7 +159,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     }
     drop(applied);
     run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
-    let pools = pool_statuses(&cluster, &plans);
+    let pools = pool_statuses(&cluster, &plans, cc.status.as_ref());
     let rolling_out = plans.iter().any(|(plan, _)| plan.rolling_out());
     let progressing = plans.iter().any(|(plan, _)| plan.progressing());
     let status = status::compute(
@@ -202,13 +212,13 @@ async fn plan_pools(
     observed: &Observed,
     admin: &NodeAdmin,
     previous: Option<&CacheClusterStatus>,
+    resize_supported: bool,
 ) -> Vec<(PoolPlan, PoolObservation)> {
     let mut plans = Vec::with_capacity(cluster.pools.len());
     for pool in &cluster.pools {
         let sts = observed.statefulset(&cluster.name, &pool.name);
-        let update_revision = sts
-            .and_then(|s| s.status.as_ref())
-            .and_then(|s| s.update_revision.clone());
+        let template_hash = build::statefulset::template_hash(cluster, pool);
+        let resize_unsupported = !resize_supported;
         let pods = observed.pods_of(&pool.name);
         let reports = join_all(pods.iter().map(|pod| async {
             let ip = pod_ip(pod)?;
@@ -229,14 +239,20 @@ async fn plan_pools(
             .zip(reports)
             .filter_map(|(pod, report)| {
                 let name = pod.name_any();
+                let (memory_limit, memory_applied) = rollout::memory_limits(pod);
+                // A memory change that cannot happen in place restarts the node instead.
+                let memory_stuck = memory_limit != Some(pool.memory_limit_bytes)
+                    && (resize_unsupported || rollout::resize_infeasible(pod));
                 Some(NodeView {
                     ordinal: ring::ordinal_of(&name)?,
                     ready: rollout::is_ready(pod),
-                    current_template: update_revision
-                        .as_deref()
-                        .is_none_or(|rev| rollout::revision_of(pod) == Some(rev)),
+                    current_template: rollout::template_hash_of(pod)
+                        == Some(template_hash.as_str())
+                        && !memory_stuck,
                     ip: pod_ip(pod),
                     report,
+                    memory_limit,
+                    memory_applied,
                     name,
                 })
             })
@@ -360,9 +376,55 @@ async fn run_steps(
                         });
                     }
                 },
-                Step::PushConfig(name, ip) => {
+                Step::Resize(name) => {
+                    let (limit, request) = build::statefulset::memory_quantities(pool);
+                    let patch = serde_json::json!({"spec": {"containers": [{
+                        "name": rollout::NODE_CONTAINER,
+                        "resources": {"limits": {"memory": limit}, "requests": {"memory": request}},
+                    }]}});
+                    match pods_api
+                        .patch_subresource(
+                            "resize",
+                            name,
+                            &PatchParams::default(),
+                            &Patch::Strategic(&patch),
+                        )
+                        .await
+                    {
+                        Ok(_) => {
+                            ctx.publish(
+                                cc,
+                                EventType::Normal,
+                                "ResizingNode",
+                                format!("resizing {name} in place to memory limit {limit}"),
+                            )
+                            .await;
+                        }
+                        // No resize subresource (a cluster older than 1.33): restart instead.
+                        Err(kube::Error::Api(status))
+                            if status.code == 404 || status.code == 405 =>
+                        {
+                            tracing::warn!(pod = %name, "pod resize is not available; memory changes restart nodes with handoff");
+                            ctx.resize_supported.store(false, Ordering::Relaxed);
+                            break 'steps;
+                        }
+                        Err(source) => {
+                            return Err(Error::Rollout {
+                                name: name.clone(),
+                                source,
+                            });
+                        }
+                    }
+                }
+                Step::PushConfig(name, ip) | Step::PushBudget(name, ip) => {
+                    let mut config = build::configmap::compute_live_config(cluster, pool);
+                    if matches!(step, Step::PushBudget(..)) {
+                        let full = build::configmap::compute_node_config(cluster, pool);
+                        config.memory_budget = full.memory_budget;
+                        config.max_entry_size = full.max_entry_size;
+                    }
                     let doc = NodeDocument {
-                        config: build::configmap::compute_live_config(cluster, pool),
+                        config,
                         topology: None,
                     };
                     match admin.configure(ip, &doc).await {
@@ -406,6 +468,7 @@ fn describe_ring(topology: &Topology) -> String {
 fn pool_statuses(
     cluster: &ValidatedCluster,
     plans: &[(PoolPlan, PoolObservation)],
+    previous: Option<&CacheClusterStatus>,
 ) -> Vec<PoolStatus> {
     let target = cluster.generation;
     cluster
@@ -439,6 +502,31 @@ fn pool_statuses(
                     cluster.port,
                 )),
                 phase: Some(describe_phase(&plan.phase)),
+                memory_resize: {
+                    let resizing = observation
+                        .nodes
+                        .iter()
+                        .any(|n| n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes));
+                    if resizing {
+                        // Nodes whose memory cannot change in place are marked outdated.
+                        let restarting = observation.nodes.iter().any(|n| {
+                            n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes)
+                                && !n.current_template
+                        });
+                        Some(
+                            if restarting {
+                                "RestartWithHandoff"
+                            } else {
+                                "InPlace"
+                            }
+                            .into(),
+                        )
+                    } else {
+                        previous
+                            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
+                            .and_then(|p| p.memory_resize.clone())
+                    }
+                },
                 nodes: observation
                     .nodes
                     .iter()
@@ -477,6 +565,7 @@ fn describe_phase(phase: &Phase) -> String {
         Phase::Settled => "Settled".into(),
         Phase::WaitingForNodes => "WaitingForNodes".into(),
         Phase::Configuring => "Configuring".into(),
+        Phase::Resizing(node) => format!("Resizing {node}"),
         Phase::Restarting(node) => format!("Restarting {node}"),
         Phase::ScalingOut(nodes) => format!("ScalingOut {}", nodes.join(",")),
         Phase::ScalingIn(nodes) => format!("ScalingIn {}", nodes.join(",")),

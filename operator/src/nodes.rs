@@ -72,6 +72,8 @@ pub struct NodeReport {
     pub ring_version: u64,
     /// Entries it holds.
     pub entries: u64,
+    /// Its byte budget.
+    pub budget_bytes: u64,
 }
 
 /// What `configure` applied.
@@ -107,6 +109,7 @@ pub struct Rebalanced {
 struct StatsAnswer {
     generation: u64,
     entries: u64,
+    budget_bytes: u64,
 }
 
 #[derive(Deserialize)]
@@ -151,6 +154,7 @@ impl NodeAdmin {
             generation: stats.generation,
             ring_version: topology.version,
             entries: stats.entries,
+            budget_bytes: stats.budget_bytes,
         })
     }
 

@@ -19,6 +19,12 @@
 //!   every node routes by the ring that excludes them.
 //! - **Live config.** The new generation is pushed to one node per pass, and only while
 //!   every node already running it is Ready.
+//! - **Memory** (pod resize, in place): one node at a time in a settled pool. Shrinking:
+//!   the node's byte budget is lowered first, then the container limit. Growing: the
+//!   limit is raised first, and the budget only once the kubelet reports the new limit
+//!   applied. A node is never asked to hold more than its limit allows. Where the
+//!   cluster cannot resize (the resize is reported infeasible), the node takes the
+//!   restart-with-handoff path instead.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +50,10 @@ pub struct NodeView {
     pub ip: Option<String>,
     /// What the node reported this pass (`None`: not asked, or it did not answer).
     pub report: Option<NodeReport>,
+    /// The container memory limit in the pod spec (bytes).
+    pub memory_limit: Option<u64>,
+    /// The memory limit the kubelet reports applied (bytes).
+    pub memory_applied: Option<u64>,
 }
 
 impl NodeView {
@@ -76,6 +86,10 @@ pub enum Step {
     Evict(String),
     /// Push the live config (the new generation) to a node (name, IP).
     PushConfig(String, String),
+    /// Push the live config with the byte budget that fits the pool's memory limit.
+    PushBudget(String, String),
+    /// Resize a node's memory limit in place.
+    Resize(String),
 }
 
 /// What is going on in the pool, for status and events.
@@ -93,6 +107,8 @@ pub enum Phase {
     Restarting(String),
     /// Live config being pushed, one node at a time.
     Configuring,
+    /// A node's memory limit and budget changing in place.
+    Resizing(String),
 }
 
 /// The plan of one pass.
@@ -289,6 +305,23 @@ pub fn plan_pool(
         steps.push(Step::PushConfig(node.name.clone(), ip.to_owned()));
     }
 
+    // Memory, in place, one node at a time, in a pool with nothing else going on.
+    let mut resizing = None;
+    let quiet =
+        settled && cold_restart.is_none() && !states.values().any(|s| *s != MemberState::Active);
+    if quiet {
+        for node in observed.nodes.iter().filter(|n| n.ordinal < shards) {
+            let Some(step) = plan_resize(pool, node) else {
+                continue;
+            };
+            resizing = Some(node.ordinal);
+            if let Some(step) = step {
+                steps.push(step);
+            }
+            break;
+        }
+    }
+
     let name = |o: &i32| ring::member_id(cluster, pool, *o);
     let joining: Vec<String> = states
         .iter()
@@ -304,6 +337,8 @@ pub fn plan_pool(
         .or(cold_restart)
     {
         Phase::Restarting(name(&ordinal))
+    } else if let Some(ordinal) = resizing {
+        Phase::Resizing(name(&ordinal))
     } else if !all_ready || observed.nodes.len() < usize::try_from(shards).unwrap_or(0) {
         Phase::WaitingForNodes
     } else if config_behind || !steps.is_empty() || (0..shards).any(|o| !current_template(o)) {
@@ -315,6 +350,34 @@ pub fn plan_pool(
         layout: PoolLayout { topology, replicas },
         steps,
         phase,
+    }
+}
+
+/// The next resize step of `node`: `None` when its memory is done, `Some(None)` while
+/// waiting (for the kubelet to apply a limit, or for the node to report).
+fn plan_resize(pool: &ValidatedPool, node: &NodeView) -> Option<Option<Step>> {
+    let limit = node.memory_limit?;
+    let wanted = pool.memory_limit_bytes;
+    let budget = node.report.map(|r| r.budget_bytes);
+    let ip = node.reachable()?;
+    let push_budget = || Step::PushBudget(node.name.clone(), ip.to_owned());
+    if limit > wanted {
+        // Shrink: the budget comes down before the limit.
+        return Some(match budget {
+            Some(b) if b > pool.budget_bytes => Some(push_budget()),
+            Some(_) => Some(Step::Resize(node.name.clone())),
+            None => None,
+        });
+    }
+    if limit < wanted {
+        return Some(Some(Step::Resize(node.name.clone())));
+    }
+    if node.memory_applied.is_some_and(|applied| applied != wanted) {
+        return Some(None);
+    }
+    match budget {
+        Some(b) if b != pool.budget_bytes => Some(Some(push_budget())),
+        _ => None,
     }
 }
 
@@ -331,6 +394,8 @@ mod tests {
             current_template: current,
             ip: Some(format!("10.0.0.{ordinal}")),
             report,
+            memory_limit: Some(512 << 20),
+            memory_applied: Some(512 << 20),
         }
     }
 
@@ -339,6 +404,7 @@ mod tests {
             generation,
             ring_version,
             entries,
+            budget_bytes: validated(&[("hot", 1)]).pools[0].budget_bytes,
         })
     }
 
@@ -639,5 +705,71 @@ mod tests {
             plan_pool(&cluster, &cluster.pools[0], &observed).phase,
             Phase::Settled
         );
+    }
+
+    fn settled_with(cluster: &ValidatedCluster, shards: i32) -> PoolObservation {
+        PoolObservation {
+            statefulset_replicas: Some(shards),
+            nodes: (0..shards)
+                .map(|o| node(o, true, true, report(3, 1, 1)))
+                .collect(),
+            previous: Some(settled_ring(cluster, shards)),
+            seen_ring_version: 1,
+        }
+    }
+
+    fn with_memory(limit: &str) -> ValidatedCluster {
+        let mut cc = crate::validate::fixtures::cluster(&[("hot", 2)]);
+        cc.spec.pools[0].memory_limit = limit.into();
+        crate::validate::validate(&cc, &crate::validate::fixtures::defaults()).unwrap()
+    }
+
+    #[test]
+    fn shrinking_memory_lowers_the_budget_before_the_limit() {
+        let smaller = with_memory("256Mi");
+        let pool = &smaller.pools[0];
+        let mut observed = settled_with(&smaller, 2);
+        let plan = plan_pool(&smaller, pool, &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::PushBudget("demo-hot-0".into(), "10.0.0.0".into())]
+        );
+        assert_eq!(plan.phase, Phase::Resizing("demo-hot-0".into()));
+        // Budget lowered: now the limit.
+        observed.nodes[0].report.as_mut().unwrap().budget_bytes = pool.budget_bytes;
+        let plan = plan_pool(&smaller, pool, &observed);
+        assert_eq!(plan.steps, [Step::Resize("demo-hot-0".into())]);
+        // Limit applied on node 0: node 1 next.
+        observed.nodes[0].memory_limit = Some(pool.memory_limit_bytes);
+        observed.nodes[0].memory_applied = Some(pool.memory_limit_bytes);
+        let plan = plan_pool(&smaller, pool, &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::PushBudget("demo-hot-1".into(), "10.0.0.1".into())]
+        );
+    }
+
+    #[test]
+    fn growing_memory_raises_the_limit_before_the_budget() {
+        let larger = with_memory("1Gi");
+        let pool = &larger.pools[0];
+        let mut observed = settled_with(&larger, 2);
+        let plan = plan_pool(&larger, pool, &observed);
+        assert_eq!(plan.steps, [Step::Resize("demo-hot-0".into())]);
+        // Spec raised, the kubelet has not applied it yet: wait.
+        observed.nodes[0].memory_limit = Some(pool.memory_limit_bytes);
+        let plan = plan_pool(&larger, pool, &observed);
+        assert_eq!(plan.steps, []);
+        assert_eq!(plan.phase, Phase::Resizing("demo-hot-0".into()));
+        // Applied: now the budget.
+        observed.nodes[0].memory_applied = Some(pool.memory_limit_bytes);
+        let plan = plan_pool(&larger, pool, &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::PushBudget("demo-hot-0".into(), "10.0.0.0".into())]
+        );
+        observed.nodes[0].report.as_mut().unwrap().budget_bytes = pool.budget_bytes;
+        let plan = plan_pool(&larger, pool, &observed);
+        assert_eq!(plan.steps, [Step::Resize("demo-hot-1".into())]);
     }
 }

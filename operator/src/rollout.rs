@@ -22,6 +22,58 @@ pub fn is_ready(pod: &Pod) -> bool {
             })
 }
 
+/// The pod template hash a pod was created from (`flightcache.dev/config-hash`).
+pub fn template_hash_of(pod: &Pod) -> Option<&str> {
+    pod.annotations()
+        .get(crate::build::names::CONFIG_HASH_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// The node container's memory limit in the pod spec, and the one the kubelet reports
+/// applied, in bytes.
+pub fn memory_limits(pod: &Pod) -> (Option<u64>, Option<u64>) {
+    let memory = |limits: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >| {
+        limits
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| crds::quantity::parse_bytes(&q.0).ok())
+    };
+    let spec = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == NODE_CONTAINER))
+        .and_then(|c| memory(c.resources.as_ref().and_then(|r| r.limits.as_ref())));
+    let applied = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|statuses| statuses.iter().find(|c| c.name == NODE_CONTAINER))
+        .and_then(|c| memory(c.resources.as_ref().and_then(|r| r.limits.as_ref())));
+    (spec, applied)
+}
+
+/// Whether the kubelet reported the pod's resize infeasible (it cannot be done in place
+/// on this node).
+pub fn resize_infeasible(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.type_ == "PodResizePending"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some("Infeasible")
+            })
+        })
+}
+
+/// Name of the cache node container in a node pod.
+pub const NODE_CONTAINER: &str = "node";
+
 /// The StatefulSet revision a pod was created from.
 pub fn revision_of(pod: &Pod) -> Option<&str> {
     pod.labels().get(REVISION_LABEL).map(String::as_str)

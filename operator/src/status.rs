@@ -248,6 +248,7 @@ mod tests {
             ring_version: 1,
             endpoint: Some("grpc://demo-hot.cache.svc:50051".into()),
             phase: Some("Settled".into()),
+            memory_resize: None,
             nodes: Vec::new(),
         }
     }

@@ -95,6 +95,12 @@ pub struct PoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
 
+    /// How the last `memoryLimit` change reached the nodes: `InPlace` (pod resize, no
+    /// restart: the byte budget lowered before the limit, raised after it) or
+    /// `RestartWithHandoff` (where the cluster cannot resize pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_resize: Option<String>,
+
     /// Every node of the pool as the operator last saw it, by name.
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

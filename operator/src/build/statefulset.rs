@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    GRPCAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, ContainerResizePolicy,
+    EnvVar, EnvVarSource, GRPCAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, SleepAction, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -29,6 +29,12 @@ pub const NODE_UID: i64 = 65532;
 pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 /// Where a node's disk-tier volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/flightcache";
+
+/// The template hash of `pool`'s pods (the `flightcache.dev/config-hash` annotation a
+/// pod carries when it runs the current template).
+pub fn template_hash(cluster: &ValidatedCluster, pool: &ValidatedPool) -> String {
+    compute_template_hash(&build_pod_template(cluster, pool))
+}
 
 /// The StatefulSet `c-p`.
 ///
@@ -96,8 +102,24 @@ pub fn build_statefulset(
 
 /// A stable hash of the pod template (FNV-1a over its JSON), so any restart-class
 /// change, and only such a change, gives a new value.
+///
+/// The memory limit and request are left out: they change in place (pod resize), so a
+/// memory change alone never marks a pod for restart.
 pub fn compute_template_hash(template: &PodTemplateSpec) -> String {
-    let json = serde_json::to_vec(template).unwrap_or_default();
+    let mut template = template.clone();
+    if let Some(spec) = template.spec.as_mut() {
+        for container in &mut spec.containers {
+            if let Some(resources) = container.resources.as_mut() {
+                for quantities in [resources.limits.as_mut(), resources.requests.as_mut()]
+                    .into_iter()
+                    .flatten()
+                {
+                    quantities.remove("memory");
+                }
+            }
+        }
+    }
+    let json = serde_json::to_vec(&template).unwrap_or_default();
     let hash = json.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
     });
@@ -182,6 +204,17 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
         ]),
         env: Some(node_env()),
         resources: Some(compute_resources(pool)),
+        // Memory changes in place (Kubernetes pod resize): no restart, the hot set stays.
+        resize_policy: Some(vec![
+            ContainerResizePolicy {
+                resource_name: "memory".into(),
+                restart_policy: "NotRequired".into(),
+            },
+            ContainerResizePolicy {
+                resource_name: "cpu".into(),
+                restart_policy: "NotRequired".into(),
+            },
+        ]),
         readiness_probe: Some(grpc_probe(2, 2)),
         liveness_probe: Some(grpc_probe(10, 3)),
         lifecycle: Some(Lifecycle {
@@ -296,6 +329,19 @@ pub fn node_malloc_env() -> Vec<EnvVar> {
     ]
 }
 
+/// The node container's memory limit and request as written in the pod spec.
+pub fn memory_quantities(pool: &ValidatedPool) -> (String, String) {
+    let resources = compute_resources(pool);
+    let get = |q: Option<&BTreeMap<String, Quantity>>| {
+        q.and_then(|q| q.get("memory"))
+            .map_or_else(|| pool.memory_limit.clone(), |q| q.0.clone())
+    };
+    (
+        get(resources.limits.as_ref()),
+        get(resources.requests.as_ref()),
+    )
+}
+
 /// Container resources: memory limit = `memoryLimit`; memory request = the user's
 /// request or the limit (Guaranteed memory); other resources as the user gave them.
 fn compute_resources(pool: &ValidatedPool) -> ResourceRequirements {
@@ -356,7 +402,17 @@ mod tests {
         assert_ne!(hash(&base), hash(&image));
         let mut memory = base.clone();
         memory.spec.pools[0].memory_limit = "1Gi".into();
-        assert_ne!(hash(&base), hash(&memory));
+        assert_eq!(
+            hash(&base),
+            hash(&memory),
+            "memory is resized in place, not by a restart"
+        );
+        let mut cpu = base.clone();
+        cpu.spec.pools[0].resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".to_owned(), Quantity("2".into()))])),
+            ..Default::default()
+        });
+        assert_ne!(hash(&base), hash(&cpu));
     }
 
     #[test]
