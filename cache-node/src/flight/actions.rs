@@ -25,6 +25,7 @@ use crate::flight::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::live::{LiveConfig, apply_document, chain};
 use crate::routing::members::RoutingTable;
+use crate::routing::ring::MemberState;
 use crate::store::{RemovalCause, Store};
 
 /// An action this node offers.
@@ -157,6 +158,19 @@ pub fn run(
             let mut stats = stats_json(store, live);
             stats["ringVersion"] = routing.version().into();
             stats["memberId"] = routing.self_id().into();
+            let current = routing.current();
+            // This node's state in the ring (null without a topology or when not a member)
+            // and the copies per key it writes.
+            stats["memberState"] = current
+                .as_ref()
+                .and_then(|m| m.ring().member(routing.self_id()?).map(|m| m.state()))
+                .map(|state| match state {
+                    MemberState::Active => "active",
+                    MemberState::Joining => "joining",
+                    MemberState::Draining => "draining",
+                })
+                .into();
+            stats["replicas"] = current.map_or(1, |m| m.replicas()).into();
             stats
         }
         NodeAction::Configure => {

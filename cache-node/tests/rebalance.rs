@@ -1,0 +1,222 @@
+//! Component tests of the `rebalance` action (handing entries to their owners after a
+//! ring change), on three in-process nodes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cluster;
+mod common;
+
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_flight::FlightClient;
+use cache_node::server::RunningNode;
+use cluster::*;
+use common::*;
+use serde_json::json;
+
+async fn rebalance(node: &RunningNode, body: &str) -> serde_json::Value {
+    let answer = action(&mut client(node).await, "rebalance", body.as_bytes())
+        .await
+        .unwrap();
+    serde_json::from_slice(&answer).unwrap()
+}
+
+/// The batches put under `rebalanced/{i}`.
+fn rebalanced_batches(i: usize) -> Vec<RecordBatch> {
+    vec![sample_batch(20 + i % 7, i as i64), sample_batch(3, 1)]
+}
+
+async fn put_rebalanced_keys(client: &mut FlightClient, count: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    for i in 0..count {
+        let key = format!("rebalanced/{i}");
+        // Every tenth entry has its own TTL, which a handover must keep.
+        let options = (i % 10 == 0).then_some(r#"{"ttl": "10m"}"#);
+        put(client, path(&key), rebalanced_batches(i), options)
+            .await
+            .unwrap();
+        keys.push(key);
+    }
+    keys
+}
+
+fn store_keys(node: &RunningNode) -> Vec<String> {
+    node.store
+        .list(b"")
+        .into_iter()
+        .map(|(key, _)| String::from_utf8(key[1..].to_vec()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn rebalance_on_a_draining_node_hands_every_entry_to_the_new_owners() {
+    let cluster = Cluster::start(3).await;
+    let mut via0 = cluster.client(0).await;
+    let keys = put_rebalanced_keys(&mut via0, 300).await;
+    let on_c = store_keys(cluster.node(2));
+    assert!(on_c.len() > 50, "{} keys on n-2", on_c.len());
+    let used_on_c = cluster.node(2).store.stats().used_bytes;
+    let mut before = Vec::new();
+    for key in on_c.iter().take(10) {
+        before.push(raw_get(cluster.node(2), key).await);
+    }
+    let override_key = on_c
+        .iter()
+        .find(|key| {
+            key.trim_start_matches("rebalanced/")
+                .parse::<usize>()
+                .unwrap()
+                % 10
+                == 0
+        })
+        .unwrap()
+        .clone();
+    let left_at_source = {
+        let store = &cluster.node(2).store;
+        let entry = store.peek(format!("P{override_key}").as_bytes()).unwrap();
+        entry.expires_at() - store.now()
+    };
+
+    cluster.publish(2, &[2]).await;
+    let stats_c = stats(&mut cluster.client(2).await).await;
+    assert_eq!(stats_c["memberState"], "draining");
+    assert_eq!(stats_c["ringVersion"], 2);
+    assert_eq!(stats_c["replicas"], 1);
+    assert_eq!(stats_c["entries"], on_c.len());
+    let dry = rebalance(cluster.node(2), r#"{"dryRun": true}"#).await;
+    assert_eq!(dry["moved"], on_c.len());
+    assert_eq!(dry["movedBytes"], used_on_c);
+    assert_eq!(store_keys(cluster.node(2)), on_c, "a dry run moves nothing");
+    let limited = rebalance(cluster.node(2), r#"{"limit": 5}"#).await;
+    assert_eq!(limited["moved"], 5);
+    assert_eq!(limited["kept"], on_c.len() - 5);
+    let report = rebalance(cluster.node(2), "").await;
+    assert_eq!(
+        report,
+        json!({"moved": on_c.len() - 5, "movedBytes": report["movedBytes"], "failed": 0, "kept": 0, "ringVersion": 2})
+    );
+    assert_eq!(
+        limited["movedBytes"].as_u64().unwrap() + report["movedBytes"].as_u64().unwrap(),
+        used_on_c
+    );
+    assert_eq!(cluster.node(2).store.stats().entries, 0, "n-2 ends empty");
+
+    // Every key reads back through n-0, the moved ones byte for byte.
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(
+            get(&mut via0, path_ticket(key)).await.unwrap(),
+            rebalanced_batches(i),
+            "{key}"
+        );
+    }
+    for (key, messages) in on_c.iter().zip(&before) {
+        assert_eq!(&raw_get(cluster.node(0), key).await, messages, "{key}");
+    }
+    // The per-entry TTL is kept and the entry expires no later than at the source.
+    let after = cluster.ring(&[2]);
+    let owner = node_index(after.owner(format!("P{override_key}").as_bytes()).unwrap());
+    let store = &cluster.node(owner).store;
+    let entry = store.peek(format!("P{override_key}").as_bytes()).unwrap();
+    assert_eq!(entry.ttl_override(), Some(Duration::from_secs(600)));
+    assert!(entry.expires_at() - store.now() <= left_at_source);
+
+    let text = scrape(cluster.node(2).metrics_addr).await;
+    for line in [
+        format!(
+            "flightcache_node_migrated_out_entries_total {}\n",
+            on_c.len()
+        ),
+        format!("flightcache_node_migrated_out_bytes_total {used_on_c}\n"),
+        format!(
+            "flightcache_node_evictions_total{{cause=\"migrated\"}} {}\n",
+            on_c.len()
+        ),
+    ] {
+        assert!(text.contains(&line), "{line}");
+    }
+    let mut received = 0;
+    for i in [0, 1] {
+        let text = scrape(cluster.node(i).metrics_addr).await;
+        let line = text
+            .lines()
+            .find(|line| line.starts_with("flightcache_node_migrated_in_entries_total "))
+            .unwrap();
+        received += line.rsplit(' ').next().unwrap().parse::<usize>().unwrap();
+        // The others own everything they hold: nothing to move.
+        let report = rebalance(cluster.node(i), "").await;
+        assert_eq!(report["moved"], 0);
+        assert_eq!(report["kept"], cluster.node(i).store.stats().entries);
+    }
+    assert_eq!(received, on_c.len());
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn rebalance_after_scale_out_moves_only_the_new_members_keys() {
+    let cluster = Cluster::start(3).await;
+    // n-2 joins: known, owns nothing yet.
+    cluster
+        .publish_document(cluster.topology_with(2, &["active", "active", "joining"]))
+        .await;
+    let keys = put_rebalanced_keys(&mut cluster.client(0).await, 300).await;
+    assert_eq!(cluster.node(2).store.stats().entries, 0);
+    cluster.publish(3, &[]).await;
+    let ring = cluster.ring(&[]);
+    let to_c: Vec<_> = keys
+        .iter()
+        .filter(|key| ring.owner(format!("P{key}").as_bytes()).unwrap() == "n-2")
+        .cloned()
+        .collect();
+    assert!((60..140).contains(&to_c.len()), "{} keys move", to_c.len());
+    let moved: u64 = [
+        rebalance(cluster.node(0), "").await,
+        rebalance(cluster.node(1), "").await,
+    ]
+    .iter()
+    .map(|report| {
+        assert_eq!(report["failed"], 0);
+        report["moved"].as_u64().unwrap()
+    })
+    .sum();
+    assert_eq!(moved, to_c.len() as u64);
+    for i in 0..3 {
+        for key in store_keys(cluster.node(i)) {
+            assert_eq!(
+                ring.owner(format!("P{key}").as_bytes()).unwrap(),
+                &format!("n-{i}"),
+                "n-{i} holds {key}"
+            );
+        }
+    }
+    let mut via1 = cluster.client(1).await;
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(
+            get(&mut via1, path_ticket(key)).await.unwrap(),
+            rebalanced_batches(i)
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn rebalance_keeps_entries_it_cannot_hand_over() {
+    let mut cluster = Cluster::start(3).await;
+    let keys = put_rebalanced_keys(&mut cluster.client(1).await, 120).await;
+    let on_c = store_keys(cluster.node(2));
+    cluster.publish(2, &[2]).await;
+    let after = cluster.ring(&[2]);
+    let to_0: Vec<_> = on_c
+        .iter()
+        .filter(|key| after.owner(format!("P{key}").as_bytes()).unwrap() == "n-0")
+        .cloned()
+        .collect();
+    assert!(!to_0.is_empty());
+    cluster.stop(0).await;
+    let report = rebalance(cluster.node(2), "").await;
+    assert_eq!(report["failed"], to_0.len());
+    assert_eq!(report["moved"], on_c.len() - to_0.len());
+    assert_eq!(store_keys(cluster.node(2)), to_0, "failed entries stay");
+    let _ = keys;
+    cluster.shutdown().await;
+}

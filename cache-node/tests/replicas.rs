@@ -1,0 +1,199 @@
+//! Component tests of replicas per key and of ListFlights across the pool, on three
+//! in-process nodes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cluster;
+mod common;
+
+use std::time::Duration;
+
+use arrow_flight::FlightClient;
+use cluster::*;
+use common::*;
+use futures::TryStreamExt;
+use tonic::Code;
+
+#[tokio::test]
+async fn with_two_replicas_both_choices_hold_a_write_and_reads_survive_the_owner_stopping() {
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let ring = cluster.ring(&[]);
+    // Keys owned by n-1, written through n-0 (a non-owner) and n-1 itself.
+    let keys = keys_owned_by(&ring, "n-1", "replicated", 6);
+    let mut via0 = cluster.client(0).await;
+    let mut via1 = cluster.client(1).await;
+    let mut before = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let batches = vec![sample_batch(3000, i as i64), sample_batch(11, 5)];
+        let client = if i % 2 == 0 { &mut via0 } else { &mut via1 };
+        put(client, path(key), batches, Some(r#"{"ttl": "10m"}"#))
+            .await
+            .unwrap();
+        let (first, second) = two_owners(&ring, key);
+        assert_eq!(first, 1);
+        let third = 3 - first - second;
+        assert!(holds(cluster.node(first), key), "{key} on its owner");
+        assert!(
+            holds(cluster.node(second), key),
+            "{key} on its second choice"
+        );
+        assert!(
+            !holds(cluster.node(third), key),
+            "{key} only on its two choices"
+        );
+        // The copy keeps the per-entry TTL.
+        let copy = cluster
+            .node(second)
+            .store
+            .peek(format!("P{key}").as_bytes())
+            .unwrap();
+        assert_eq!(copy.ttl_override(), Some(Duration::from_secs(600)));
+        before.push(raw_get(cluster.node(1), key).await);
+    }
+    let text = scrape(cluster.node(1).metrics_addr).await;
+    assert!(
+        text.contains("flightcache_node_replica_write_failures_total 0\n"),
+        "{text}"
+    );
+
+    // The owner stops: every key is still served, byte for byte, through both others.
+    cluster.stop(1).await;
+    let mut via2 = cluster.client(2).await;
+    for (key, messages) in keys.iter().zip(&before) {
+        for i in [0, 2] {
+            assert_eq!(
+                &raw_get(cluster.node(i), key).await,
+                messages,
+                "{key} via n-{i}"
+            );
+        }
+        let info = via2.get_flight_info(path(key)).await.unwrap();
+        assert_eq!(info.total_records, 3011);
+        via0.get_schema(path(key)).await.unwrap();
+    }
+    // A key never written is still a miss, not UNAVAILABLE.
+    let missing = keys_owned_by(&ring, "n-1", "never", 1).remove(0);
+    let err = get(&mut via0, path_ticket(&missing)).await.unwrap_err();
+    assert_eq!(status(err).code(), Code::NotFound);
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_two_replicas_invalidate_removes_both_copies_and_a_down_replica_does_not_fail_writes()
+{
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-0", "inv", 1).remove(0);
+    let (first, second) = two_owners(&ring, &key);
+    let mut via2 = cluster.client(2).await;
+    put(&mut via2, path(&key), vec![sample_batch(10, 0)], None)
+        .await
+        .unwrap();
+    assert!(holds(cluster.node(first), &key) && holds(cluster.node(second), &key));
+    let answer = action(&mut via2, "invalidate", key.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(&answer[..], br#"{"removed":true}"#);
+    assert!(!holds(cluster.node(first), &key) && !holds(cluster.node(second), &key));
+
+    // A key whose second choice is down: the write succeeds on the owner and is counted.
+    let third = 3 - first - second;
+    cluster.stop(second).await;
+    let mut via_owner = cluster.client(first).await;
+    let batch = sample_batch(20, 1);
+    put(&mut via_owner, path(&key), vec![batch.clone()], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut cluster.client(third).await, path_ticket(&key))
+            .await
+            .unwrap(),
+        vec![batch]
+    );
+    let text = scrape(cluster.node(first).metrics_addr).await;
+    assert!(
+        text.contains("flightcache_node_replica_write_failures_total 1\n"),
+        "{text}"
+    );
+    // Invalidating while a copy is unreachable says so (the reachable copy is removed).
+    let err = action(&mut via_owner, "invalidate", key.as_bytes())
+        .await
+        .unwrap_err();
+    assert_eq!(status(err).code(), Code::Unavailable);
+    assert!(!holds(cluster.node(first), &key));
+    cluster.shutdown().await;
+}
+
+async fn listed(client: &mut FlightClient, prefix: &str) -> Result<Vec<String>, tonic::Status> {
+    let infos: Vec<_> = client
+        .list_flights(prefix.as_bytes().to_vec())
+        .await
+        .map_err(status)?
+        .try_collect()
+        .await
+        .map_err(status)?;
+    Ok(infos
+        .into_iter()
+        .map(|info| info.flight_descriptor.unwrap().path.join("/"))
+        .collect())
+}
+
+#[tokio::test]
+async fn list_flights_on_any_node_lists_the_whole_pool_once_per_key() {
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let mut via0 = cluster.client(0).await;
+    let mut expected = Vec::new();
+    for i in 0..12 {
+        let key = format!("listing/{i:02}");
+        put(&mut via0, path(&key), vec![sample_batch(5, i)], None)
+            .await
+            .unwrap();
+        expected.push(key);
+        put(
+            &mut via0,
+            path(&format!("other/{i}")),
+            vec![sample_batch(1, i)],
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    // Every key is held twice, and every node holds only part of them.
+    let held: u64 = (0..3).map(|i| cluster.node(i).store.stats().entries).sum();
+    assert_eq!(held, 48);
+    for i in 0..3 {
+        let mut client = cluster.client(i).await;
+        assert_eq!(
+            listed(&mut client, "listing/").await.unwrap(),
+            expected,
+            "via n-{i}"
+        );
+        assert_eq!(listed(&mut client, "").await.unwrap().len(), 24);
+    }
+    // The owner's FlightInfo is the one kept: its location is the key's owner.
+    let ring = cluster.ring(&[]);
+    let infos: Vec<_> = via0
+        .list_flights(b"listing/".to_vec())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    for info in infos {
+        let key = info.flight_descriptor.as_ref().unwrap().path.join("/");
+        let owner = node_index(ring.owner(format!("P{key}").as_bytes()).unwrap());
+        assert_eq!(
+            info.endpoint[0].location[0].uri,
+            format!("grpc://{}", cluster.addresses[owner])
+        );
+    }
+    // A member that is down fails the call, naming it, instead of a partial list.
+    cluster.stop(1).await;
+    let err = listed(&mut via0, "listing/").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("n-1"), "{}", err.message());
+    // Once the ring drains n-1 the others list what they hold (its keys' second copies).
+    cluster.publish(2, &[1]).await;
+    assert_eq!(listed(&mut via0, "listing/").await.unwrap(), expected);
+    cluster.shutdown().await;
+}
