@@ -220,3 +220,27 @@ async fn rebalance_keeps_entries_it_cannot_hand_over() {
     let _ = keys;
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn rebalance_never_brings_back_a_key_invalidated_after_the_ring_changed() {
+    let cluster = Cluster::start(3).await;
+    let mut via0 = cluster.client(0).await;
+    put_rebalanced_keys(&mut via0, 60).await;
+    let on_c = store_keys(cluster.node(2));
+    cluster.publish(2, &[2]).await;
+    // The invalidate goes to the key's new owner, which has no copy yet; n-2 still has one.
+    let gone = &on_c[0];
+    let answer = action(&mut via0, "invalidate", gone.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(&answer[..], br#"{"removed":false}"#);
+    let report = rebalance(cluster.node(2), "").await;
+    assert_eq!(report["moved"], on_c.len());
+    assert_eq!(cluster.node(2).store.stats().entries, 0);
+    let err = get(&mut via0, path_ticket(gone)).await.unwrap_err();
+    assert_eq!(status(err).code(), tonic::Code::NotFound);
+    for key in &on_c[1..] {
+        get(&mut via0, path_ticket(key)).await.unwrap();
+    }
+    cluster.shutdown().await;
+}

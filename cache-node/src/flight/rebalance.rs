@@ -138,7 +138,7 @@ impl FlightCacheService {
                     report.moved_bytes += bytes;
                 }
                 Handover::Failed => report.failed += 1,
-                Handover::Expired => report.kept += 1,
+                Handover::Vanished => report.kept += 1,
             }
         }
         report
@@ -157,7 +157,7 @@ impl FlightCacheService {
         let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
         if lifetime.remaining.is_some_and(|left| left.is_zero()) {
             // Expired meanwhile: nothing worth sending; the expiry sweep removes it.
-            return Handover::Expired;
+            return Handover::Vanished;
         }
         let sender = self.sender();
         let send_all = async {
@@ -189,8 +189,23 @@ impl FlightCacheService {
             }
         }
         let weight = handoff.entry.weight_bytes();
-        // A newer put of the key here (it should not get one) is left alone.
-        self.store.remove_migrated(&handoff.key, &handoff.entry);
+        if !self.store.remove_migrated(&handoff.key, &handoff.entry) {
+            // The entry was invalidated (or replaced, or expired) here while it was being
+            // sent: undo the copies so the handover cannot bring invalidated data back.
+            // Best effort; at worst a key the owners could have served becomes a miss.
+            let undo = arrow_flight::Action::new(
+                "invalidate",
+                super::ticket::CacheTicket::new(key.clone()).encode(),
+            );
+            for peer in &peers {
+                let undone =
+                    forward::do_action(&self.peers, peer, &sender, undo.clone(), metadata).await;
+                if let Err(err) = undone {
+                    tracing::warn!(%key, owner = %peer.id, error = %err, "could not undo the handover of an entry invalidated meanwhile");
+                }
+            }
+            return Handover::Vanished;
+        }
         self.metrics.migrated_out_entries.inc();
         self.metrics.migrated_out_bytes.inc_by(weight);
         Handover::Moved(weight)
@@ -203,6 +218,7 @@ enum Handover {
     Moved(u64),
     /// Kept here: an owner could not store it in time.
     Failed,
-    /// It expired before it was sent (counted as kept; the expiry sweep removes it).
-    Expired,
+    /// It expired, or was invalidated while being sent (the copies are then undone):
+    /// counted as kept, i.e. not moved by this call.
+    Vanished,
 }

@@ -182,7 +182,9 @@ pub struct CommitOutcome {
     /// The new entry's deadline on the store clock.
     pub expires_at: Duration,
     /// Nothing was installed: the put asked to store only if absent
-    /// ([`Lifetime::if_absent`]) and a live entry was already there.
+    /// ([`Lifetime::if_absent`]) and a live entry was already there, or the key was
+    /// invalidated after the copy was written (within the last 10 minutes), so the copy
+    /// is stale.
     pub kept_existing: bool,
 }
 
@@ -200,7 +202,9 @@ pub struct Lifetime {
     /// by a handover).
     pub remaining: Option<Duration>,
     /// Install only if no live entry is stored under the key (a handover must not
-    /// overwrite a newer write); otherwise keep the stored one.
+    /// overwrite a newer write) and the key was not invalidated since the copy was
+    /// written (`now - age`; invalidations are remembered for 10 minutes), so a handover
+    /// cannot bring back invalidated data.
     pub if_absent: bool,
 }
 

@@ -5,7 +5,7 @@
 //! function of its inputs. Removed entries are parked in `graveyard` so the caller
 //! can drop their Arrow memory after releasing the lock. No I/O.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +77,15 @@ pub(crate) struct Inner {
     discarded_puts: u64,
     /// Removed entries waiting to be dropped outside the lock.
     pub(crate) graveyard: Vec<Arc<Entry>>,
+    /// Recent invalidations (a key, or a prefix; `clear` is the empty prefix) and when
+    /// they happened, so a handover of an older copy cannot bring the data back.
+    tombstones: VecDeque<(Bytes, bool, Duration)>,
 }
+
+/// How long an invalidation keeps refusing handovers of older copies of its keys.
+pub(crate) const TOMBSTONE_WINDOW: Duration = Duration::from_secs(600);
+/// At most this many remembered invalidations (the oldest are forgotten first).
+const MAX_TOMBSTONES: usize = 10_000;
 
 impl Inner {
     /// Creates an empty state for an already validated config.
@@ -102,6 +110,7 @@ impl Inner {
             rejected_puts: 0,
             discarded_puts: 0,
             graveyard: Vec::new(),
+            tombstones: VecDeque::new(),
         }
     }
 
@@ -288,18 +297,23 @@ impl Inner {
             });
         }
         let mut replaced = false;
-        if new.lifetime.if_absent
-            && let Some(&old) = self.index.get(&put.key)
-            && let Some(slot) = self.slot(old)
-            && slot.deadline > now
-        {
-            return Ok(CommitOutcome {
-                weight_bytes: 0,
-                replaced: false,
-                evicted: 0,
-                expires_at: slot.deadline,
-                kept_existing: true,
-            });
+        if new.lifetime.if_absent {
+            let live = self
+                .index
+                .get(&put.key)
+                .and_then(|&old| self.slot(old))
+                .filter(|slot| slot.deadline > now)
+                .map(|slot| slot.deadline);
+            let written = now.saturating_sub(new.lifetime.age);
+            if live.is_some() || self.invalidated_since(&put.key, written) {
+                return Ok(CommitOutcome {
+                    weight_bytes: 0,
+                    replaced: false,
+                    evicted: 0,
+                    expires_at: live.unwrap_or(now),
+                    kept_existing: true,
+                });
+            }
         }
         if let Some(&old) = self.index.get(&put.key) {
             let old_expired = self.slot(old).is_some_and(|slot| slot.deadline <= now);
@@ -397,7 +411,30 @@ impl Inner {
 
     // ----- invalidation and expiry -----
 
+    /// Remembers an invalidation of `key` (or of every key under it when `prefix`).
+    fn add_tombstone(&mut self, key: &[u8], prefix: bool, now: Duration) {
+        if self.tombstones.len() >= MAX_TOMBSTONES {
+            self.tombstones.pop_front();
+        }
+        self.tombstones
+            .push_back((Bytes::copy_from_slice(key), prefix, now));
+    }
+
+    /// True if `key` was invalidated at or after `written` (within the window): a
+    /// handed-over copy written then is stale.
+    fn invalidated_since(&self, key: &[u8], written: Duration) -> bool {
+        self.tombstones.iter().any(|(covered, prefix, at)| {
+            *at >= written
+                && if *prefix {
+                    key.starts_with(covered)
+                } else {
+                    key == &covered[..]
+                }
+        })
+    }
+
     pub(crate) fn invalidate(&mut self, key: &[u8], now: Duration) -> bool {
+        self.add_tombstone(key, false, now);
         self.mark_puts_invalidated(|put_key| put_key == key);
         match self.index.get(key) {
             Some(&id) => self.remove_invalidated(id, now),
@@ -406,18 +443,24 @@ impl Inner {
     }
 
     pub(crate) fn invalidate_prefix(&mut self, prefix: &[u8], now: Duration) -> u64 {
+        self.add_tombstone(prefix, true, now);
         self.mark_puts_invalidated(|put_key| put_key.starts_with(prefix));
         let ids: Vec<SlotId> = self.prefix_range(prefix).map(|(_, &id)| id).collect();
         self.remove_all_invalidated(ids, now)
     }
 
     pub(crate) fn clear(&mut self, now: Duration) -> u64 {
+        self.add_tombstone(b"", true, now);
         self.mark_puts_invalidated(|_| true);
         let ids: Vec<SlotId> = self.index.values().copied().collect();
         self.remove_all_invalidated(ids, now)
     }
 
     pub(crate) fn purge_expired(&mut self, now: Duration) -> u64 {
+        if !self.tombstones.is_empty() {
+            self.tombstones
+                .retain(|(_, _, at)| now.saturating_sub(*at) < TOMBSTONE_WINDOW);
+        }
         let mut purged = 0;
         while let Some(id) = self.expiry.first_expired(now) {
             self.remove_slot(id, RemovalCause::Expired);

@@ -267,3 +267,35 @@ fn the_handoff_list_is_hottest_first_and_removal_spares_newer_puts() {
     assert_eq!(store.stats().evictions.migrated, 1);
     assert!(store.get(b"cold").is_none());
 }
+
+#[test]
+fn a_handover_of_a_copy_older_than_an_invalidation_is_refused() {
+    let (store, clock) = store_with(config());
+    clock.advance(100 * SECOND);
+    let handover = |age| Lifetime {
+        age,
+        if_absent: true,
+        ..Lifetime::default()
+    };
+    store.invalidate(b"gone");
+    assert_eq!(store.invalidate_prefix(b"dir/"), 0);
+    clock.advance(5 * SECOND);
+    // Written 10 s ago, before the invalidations 5 s ago: stale.
+    assert!(put_handed_over(&store, "gone", handover(10 * SECOND)).kept_existing);
+    assert!(put_handed_over(&store, "dir/x", handover(10 * SECOND)).kept_existing);
+    assert!(store.peek(b"gone").is_none() && store.peek(b"dir/x").is_none());
+    // Written 1 s ago, after them: stored. Other keys are unaffected.
+    assert!(!put_handed_over(&store, "gone", handover(SECOND)).kept_existing);
+    assert!(!put_handed_over(&store, "other", handover(10 * SECOND)).kept_existing);
+    // A clear covers everything; the memory of it ends after the window.
+    store.clear();
+    clock.advance(SECOND);
+    assert!(put_handed_over(&store, "other", handover(2 * SECOND)).kept_existing);
+    clock.advance(state::TOMBSTONE_WINDOW);
+    store.purge_expired();
+    assert!(!put_handed_over(&store, "other", handover(state::TOMBSTONE_WINDOW)).kept_existing);
+    // A client's put is never refused by an invalidation.
+    store.invalidate(b"fresh");
+    put(&store, "fresh", 1).unwrap();
+    assert!(store.peek(b"fresh").is_some());
+}
