@@ -2,7 +2,12 @@
 Service by its DNS name, authenticate, put and get. Usage:
 
     flight_client.py put|get HOST PORT TOKEN KEY ROWS
+    flight_client.py put-many|count HOST PORT TOKEN PREFIX COUNT
 
+`put` puts KEY and reads it back; `get` reads KEY and compares it with what `put` wrote.
+`put-many` puts PREFIX/0 .. PREFIX/COUNT-1 (each on a new connection, so the Service
+spreads them over the pool's nodes); `count` reads them back, each on a new connection,
+and prints how many are present and byte-identical (a key that differs fails the run).
 TOKEN "-" means the cluster has no auth.
 """
 
@@ -12,30 +17,64 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 
-def table(rows: int) -> pa.Table:
+def table(rows: int, seed: int = 0) -> pa.Table:
     return pa.table({
-        "id": pa.array(range(rows), pa.int64()),
+        "id": pa.array(range(seed, seed + rows), pa.int64()),
         "amount": pa.array([i * 0.5 for i in range(rows)], pa.float64()),
-        "region": pa.array([f"r{i % 7}" for i in range(rows)]),
+        "region": pa.array([f"r{(i + seed) % 7}" for i in range(rows)]),
     })
 
 
-def main() -> None:
-    verb, host, port, token, key, rows = sys.argv[1:7]
+def connect(host: str, port: str, token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
     client = flight.connect(f"grpc://{host}:{port}")
     headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
-    options = flight.FlightCallOptions(headers=headers, timeout=20)
-    expected = table(int(rows))
-    if verb == "put":
-        writer, _ = client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), expected.schema, options)
-        writer.write_table(expected)
-        writer.close()
-        print(f"put {key}: {expected.num_rows} rows")
-    # A hit is one DoGet with the ticket built from the key; on the same connection the
-    # Service sends it to the node that took the put.
-    got = client.do_get(flight.Ticket(b"FCT\x01P" + key.encode()), options).read_all()
-    assert got.equals(expected), f"{key}: got {got.num_rows} rows, different from what was put"
-    print(f"get {key}: {got.num_rows} rows, byte-identical")
+    return client, flight.FlightCallOptions(headers=headers, timeout=20)
+
+
+def ticket(key: str) -> flight.Ticket:
+    # A hit is one DoGet with the ticket built from the key, on any node of the pool.
+    return flight.Ticket(b"FCT\x01P" + key.encode())
+
+
+def put(client, options, key: str, expected: pa.Table) -> None:
+    writer, _ = client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), expected.schema, options)
+    writer.write_table(expected)
+    writer.close()
+
+
+def main() -> None:
+    verb, host, port, token, key, n = sys.argv[1:7]
+    if verb in ("put", "get"):
+        client, options = connect(host, port, token)
+        expected = table(int(n))
+        if verb == "put":
+            put(client, options, key, expected)
+            print(f"put {key}: {expected.num_rows} rows")
+        got = client.do_get(ticket(key), options).read_all()
+        assert got.equals(expected), f"{key}: got {got.num_rows} rows, different from what was put"
+        print(f"get {key}: {got.num_rows} rows, byte-identical")
+    elif verb == "put-many":
+        for i in range(int(n)):
+            client, options = connect(host, port, token)
+            put(client, options, f"{key}/{i}", table(50, i))
+            client.close()
+        print(f"put {n} keys under {key}/")
+    elif verb == "count":
+        present = 0
+        for i in range(int(n)):
+            client, options = connect(host, port, token)
+            try:
+                got = client.do_get(ticket(f"{key}/{i}"), options).read_all()
+            except pa.ArrowKeyError:  # gRPC NOT_FOUND: a miss; anything else fails the run
+                got = None
+            finally:
+                client.close()
+            if got is not None:
+                assert got.equals(table(50, i)), f"{key}/{i}: different from what was put"
+                present += 1
+        print(present)
+    else:
+        raise SystemExit(f"unknown verb {verb}")
 
 
 if __name__ == "__main__":
