@@ -1,0 +1,41 @@
+//! `flightcache-load`: a load generator for FlightCache that proves configuration changes
+//! happen without downtime and without losing the hot set. It warms a hot set of keys,
+//! runs cache-aside readers against a node or a pool (verified hits, refill on miss) and
+//! reports hit ratio, errors by gRPC code and latency per interval and per phase (the phase
+//! file labels e.g. `ttl-change`, `restart`, `scale-out`), with a JSON summary for
+//! scripts. See `docs/load-test.md`.
+
+#[path = "flightcache_load/cli.rs"]
+mod cli;
+#[path = "flightcache_load/histogram.rs"]
+mod histogram;
+#[path = "flightcache_load/record.rs"]
+mod record;
+#[path = "flightcache_load/run.rs"]
+mod run;
+#[path = "flightcache_load/target.rs"]
+mod target;
+#[path = "flightcache_load/workload.rs"]
+mod workload;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match run::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let mut message = err.to_string();
+            let mut source = std::error::Error::source(&err);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("flightcache-load: {message}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}

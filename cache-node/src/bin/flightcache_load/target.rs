@@ -1,0 +1,291 @@
+//! How the load reaches the cache: straight to the target address (one HTTP/2 connection
+//! per worker, so a Service spreads them over its pods) or through the ring-aware
+//! [`RingClient`]. Does network I/O; classifies every failure into a [`CallError`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::{Action, FlightClient, Ticket};
+use cache_node::client::{ClientError, RingClient};
+use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
+use futures::{StreamExt, TryStreamExt};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::record::CallError;
+use crate::workload::Workload;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the calls go; shared by the workers.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// Every call to the target address; the node forwards to the owner.
+    Direct {
+        endpoint: Box<Endpoint>,
+        token: Option<String>,
+    },
+    /// Each call to the key's owner.
+    Ring(Arc<RingClient>),
+}
+
+/// One worker's handle on the target.
+#[derive(Debug)]
+pub(crate) enum Caller {
+    Direct(Box<FlightClient>),
+    Ring(Arc<RingClient>),
+}
+
+/// What a DoGet came back with.
+#[derive(Debug)]
+pub(crate) enum Got {
+    Batches(Vec<RecordBatch>),
+    NotFound,
+}
+
+impl Target {
+    /// Reaches the target (a `ping`, or the ring's `topology` with `ring`), retrying
+    /// transport failures until `patience` has passed.
+    ///
+    /// # Errors
+    /// The last failure, when the target did not answer in time or refused the call
+    /// (e.g. UNAUTHENTICATED).
+    pub(crate) async fn connect(
+        address: &str,
+        token: Option<String>,
+        ring: bool,
+        patience: Duration,
+    ) -> Result<Self, CallError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let attempt = Self::try_connect(address, token.clone(), ring).await;
+            match attempt {
+                Ok(target) => return Ok(target),
+                Err(err) => {
+                    let transient = matches!(err.code, "UNAVAILABLE" | "DEADLINE_EXCEEDED");
+                    if !transient || tokio::time::Instant::now() >= deadline {
+                        return Err(err);
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    async fn try_connect(
+        address: &str,
+        token: Option<String>,
+        ring: bool,
+    ) -> Result<Self, CallError> {
+        let call = async {
+            if ring {
+                let client = RingClient::connect(address, token)
+                    .await
+                    .map_err(|err| client_error(&err))?;
+                return Ok(Self::Ring(Arc::new(client)));
+            }
+            let endpoint = Endpoint::from_shared(format!("http://{address}"))
+                .map_err(|err| CallError {
+                    code: "CLIENT",
+                    message: format!("bad target '{address}': {err}"),
+                })?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5));
+            let target = Self::Direct {
+                endpoint: Box::new(endpoint),
+                token,
+            };
+            let Caller::Direct(mut client) = target.caller()? else {
+                return Err(CallError {
+                    code: "CLIENT",
+                    message: "unexpected client kind".into(),
+                });
+            };
+            let mut answers = client
+                .do_action(Action::new("ping", ""))
+                .await
+                .map_err(|err| flight_error(&err))?;
+            while let Some(answer) = answers.next().await {
+                answer.map_err(|err| flight_error(&err))?;
+            }
+            Ok(target)
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT * 2, call).await {
+            Ok(result) => result,
+            Err(_) => Err(deadline_error(CONNECT_TIMEOUT * 2)),
+        }
+    }
+
+    /// A handle for one worker (with [`Target::Direct`]: a connection of its own,
+    /// connected on first use and reconnected after failures by tonic).
+    ///
+    /// # Errors
+    /// A bad token (not a valid header value).
+    pub(crate) fn caller(&self) -> Result<Caller, CallError> {
+        match self {
+            Self::Direct { endpoint, token } => {
+                let channel: Channel = endpoint.connect_lazy();
+                let mut client = FlightClient::new(channel);
+                if let Some(token) = token {
+                    client
+                        .add_header("authorization", &format!("Bearer {token}"))
+                        .map_err(|err| flight_error(&err))?;
+                }
+                Ok(Caller::Direct(Box::new(client)))
+            }
+            Self::Ring(client) => Ok(Caller::Ring(Arc::clone(client))),
+        }
+    }
+}
+
+impl Caller {
+    /// DoGet of the key `index`, within `timeout`.
+    ///
+    /// # Errors
+    /// Any failure but NOT_FOUND.
+    pub(crate) async fn get(
+        &mut self,
+        workload: &Workload,
+        index: u64,
+        timeout: Duration,
+    ) -> Result<Got, CallError> {
+        let result = match self {
+            Self::Direct(client) => {
+                let ticket = Ticket::new(workload.ticket(index));
+                let call = async { client.do_get(ticket).await?.try_collect().await };
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(result) => result.map_err(|err| (flight_code(&err), flight_error(&err))),
+                    Err(_) => return Err(deadline_error(timeout)),
+                }
+            }
+            Self::Ring(client) => {
+                let descriptor = workload.descriptor(index);
+                match tokio::time::timeout(timeout, client.get(&descriptor)).await {
+                    Ok(result) => result.map_err(|err| (err.code(), client_error(&err))),
+                    Err(_) => return Err(deadline_error(timeout)),
+                }
+            }
+        };
+        match result {
+            Ok(batches) => Ok(Got::Batches(batches)),
+            Err((Some(Code::NotFound), _)) => Ok(Got::NotFound),
+            Err((_, err)) => Err(err),
+        }
+    }
+
+    /// DoPut of the key `index`'s value, within `timeout`.
+    ///
+    /// # Errors
+    /// Any failure.
+    pub(crate) async fn put(
+        &mut self,
+        workload: &Workload,
+        index: u64,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let batch = workload.batch(index).map_err(|err| CallError {
+            code: "CLIENT",
+            message: err.to_string(),
+        })?;
+        let descriptor = workload.descriptor(index);
+        match self {
+            Self::Direct(client) => {
+                let stream = FlightDataEncoderBuilder::new()
+                    .with_schema(workload.schema())
+                    .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+                    .with_flight_descriptor(Some(descriptor))
+                    .build(futures::stream::iter([Ok(batch)]));
+                let call = async {
+                    let _results: Vec<_> = client.do_put(stream).await?.try_collect().await?;
+                    Ok::<_, FlightError>(())
+                };
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(result) => result.map_err(|err| flight_error(&err)),
+                    Err(_) => Err(deadline_error(timeout)),
+                }
+            }
+            Self::Ring(client) => {
+                match tokio::time::timeout(timeout, client.put(descriptor, vec![batch])).await {
+                    Ok(result) => result.map(|_| ()).map_err(|err| client_error(&err)),
+                    Err(_) => Err(deadline_error(timeout)),
+                }
+            }
+        }
+    }
+}
+
+fn deadline_error(timeout: Duration) -> CallError {
+    CallError {
+        code: "DEADLINE_EXCEEDED",
+        message: format!(
+            "no answer within {} (client deadline)",
+            humantime::format_duration(timeout)
+        ),
+    }
+}
+
+fn flight_code(err: &FlightError) -> Option<Code> {
+    match err {
+        FlightError::Tonic(status) => Some(status.code()),
+        _ => None,
+    }
+}
+
+/// A Flight failure as a [`CallError`]: the gRPC code's name and the status message, or
+/// `CLIENT` for failures that are not a gRPC status (decoding, protocol).
+pub(crate) fn flight_error(err: &FlightError) -> CallError {
+    match err {
+        FlightError::Tonic(status) => CallError {
+            code: code_name(status.code()),
+            message: status.message().to_owned(),
+        },
+        other => CallError {
+            code: "CLIENT",
+            message: other.to_string(),
+        },
+    }
+}
+
+fn client_error(err: &ClientError) -> CallError {
+    match err {
+        ClientError::Flight { address, source } => {
+            let mut call = flight_error(source);
+            call.message = format!("{address}: {}", call.message);
+            call
+        }
+        ClientError::BadKey(_) | ClientError::BadAddress(_) | ClientError::Topology { .. } => {
+            CallError {
+                code: "CLIENT",
+                message: err.to_string(),
+            }
+        }
+    }
+}
+
+/// The canonical gRPC name of a status code (`UNAVAILABLE`, `NOT_FOUND`, ...).
+pub(crate) fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}

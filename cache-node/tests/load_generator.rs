@@ -1,0 +1,346 @@
+//! `flightcache-load` against real `flightcache-node` processes on loopback: a warm run is
+//! all verified hits, a `clear` mid-run shows up as misses that are refilled (per phase),
+//! SIGTERM still writes the summary, the ring-aware mode spreads keys over three nodes,
+//! and bad flags or an unreachable target fail at start.
+
+#![allow(missing_docs, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use arrow_flight::{Action, FlightClient};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::Value;
+use tonic::transport::Channel;
+
+/// A node process on 127.0.0.1 with an OS-chosen port; killed on drop.
+struct Node {
+    child: Child,
+    addr: String,
+}
+
+impl Node {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flightcache-node"))
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--log-format", "json", "--shutdown-grace", "1s"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node starts");
+        // The node logs to stdout; read it on a thread so a node that never says where
+        // it listens fails the test instead of hanging it.
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in lines.map_while(Result::ok) {
+                let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if event["message"] == "flightcache node serving"
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(event["flight_addr"].as_str().unwrap_or("").to_owned());
+                }
+            }
+        });
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the node did not log its address within 30 s");
+        };
+        Self { child, addr }
+    }
+
+    async fn client(&self) -> FlightClient {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        FlightClient::new(channel)
+    }
+
+    async fn action(&self, kind: &str, body: &str) -> Value {
+        let mut client = self.client().await;
+        let mut answers = client
+            .do_action(Action::new(kind.to_owned(), Bytes::from(body.to_owned())))
+            .await
+            .unwrap();
+        let first = answers.next().await.expect("one answer").unwrap();
+        serde_json::from_slice(&first).unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn load(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flightcache-load"));
+    command.args(args);
+    command
+}
+
+/// Runs the load to completion; returns its output and the summary in `out`.
+async fn run_load(args: Vec<String>, out: &Path) -> (Output, Value) {
+    let child = load(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, out).await
+}
+
+async fn finish(child: Child, out: &Path) -> (Output, Value) {
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "load failed: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    let summary: Value = serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+    (output, summary)
+}
+
+fn args(target: &str, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--target",
+        target,
+        "--keys",
+        "200",
+        "--rows",
+        "20",
+        "--concurrency",
+        "4",
+        "--report-every",
+        "250ms",
+        "--out",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.push(out.display().to_string());
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn phase<'a>(summary: &'a Value, label: &str) -> &'a Value {
+    summary["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == label)
+        .unwrap_or_else(|| panic!("no phase {label} in {}", summary["phases"]))
+}
+
+#[tokio::test]
+async fn a_warm_run_is_all_verified_hits() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let (output, summary) = run_load(args(&node.addr, &out, &["--duration", "3s"]), &out).await;
+
+    assert_eq!(summary["finished"], true);
+    assert_eq!(summary["stopped_by"], "duration");
+    assert_eq!(summary["warm"]["puts"], 200);
+    assert_eq!(summary["warm"]["errors"], 0);
+    let totals = &summary["totals"];
+    assert!(totals["gets"].as_u64().unwrap() > 0, "{totals}");
+    assert!(totals["hit_ratio"].as_f64().unwrap() > 0.9, "{totals}");
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    assert_eq!(totals["corrupt"], 0, "{}", summary["corrupt_samples"]);
+    assert!(totals["p99_ms"].as_f64().unwrap() >= totals["p50_ms"].as_f64().unwrap());
+    assert_eq!(summary["max_consecutive_error_intervals"], 0);
+    let intervals = summary["intervals"].as_array().unwrap();
+    assert!((11..=13).contains(&intervals.len()), "{}", intervals.len());
+    assert!(intervals.iter().all(|i| i["gets"].as_u64().unwrap() > 0));
+    // One stdout line per interval, plus the connect, warm and total lines.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains("ops/s=")).count(),
+        intervals.len() + 1,
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recovers() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let phase_file = dir.path().join("phase");
+    std::fs::write(&phase_file, "steady\n").unwrap();
+    let load_args = args(
+        &node.addr,
+        &out,
+        &[
+            "--duration",
+            "4s",
+            "--phase-file",
+            phase_file.to_str().unwrap(),
+        ],
+    );
+    let child = load(&load_args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the warm phase to end (the summary file says the run started with `warm`).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read(&out).unwrap_or_default();
+        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        if partial["intervals"]
+            .as_array()
+            .is_some_and(|i| i.len() >= 2)
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no intervals yet");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(&phase_file, "clear\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cleared = node.action("clear", "").await;
+    assert!(cleared["removed"].as_u64().unwrap() > 100, "{cleared}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    std::fs::write(&phase_file, "after\n").unwrap();
+    let (_, summary) = finish(child, &out).await;
+
+    let totals = &summary["totals"];
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    assert_eq!(totals["corrupt"], 0, "{}", summary["corrupt_samples"]);
+    let steady = phase(&summary, "steady");
+    assert_eq!(steady["misses"], 0, "{steady}");
+    assert_eq!(steady["hit_ratio"], 1.0, "{steady}");
+    let clear = phase(&summary, "clear");
+    let misses = clear["misses"].as_u64().unwrap();
+    assert!(misses > 0, "{clear}");
+    // Every miss is refilled once (refills in the next phase are a few at most).
+    assert_eq!(totals["puts"], totals["misses"], "{totals}");
+    let after = phase(&summary, "after");
+    assert!(after["hit_ratio"].as_f64().unwrap() > 0.9, "{after}");
+    let last = summary["intervals"].as_array().unwrap().last().unwrap();
+    assert!(last["hit_ratio"].as_f64().unwrap() > 0.95, "{last}");
+    // The interval that saw the clear has a lower hit ratio than the last.
+    let worst = summary["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["hit_ratio"].as_f64())
+        .fold(1.0, f64::min);
+    assert!(worst < 0.9, "{}", summary["intervals"]);
+}
+
+#[tokio::test]
+async fn sigterm_ends_the_run_cleanly_with_a_summary() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let load_args = args(&node.addr, &out, &["--duration", "60s", "--no-warm"]);
+    let child = load(&load_args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (_, summary) = tokio::time::timeout(Duration::from_secs(15), finish(child, &out))
+        .await
+        .expect("the load stopped soon after SIGTERM");
+    assert_eq!(summary["finished"], true);
+    assert_eq!(summary["stopped_by"], "signal");
+    assert_eq!(summary["warm"], Value::Null);
+    let totals = &summary["totals"];
+    assert!(totals["seconds"].as_f64().unwrap() < 10.0, "{totals}");
+    // Without warming, the first reads miss and are refilled.
+    assert!(totals["misses"].as_u64().unwrap() > 0, "{totals}");
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+}
+
+#[tokio::test]
+async fn the_ring_aware_mode_sends_each_key_to_its_owner() {
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| Node::start(&["--member-id", &format!("local-{i}")]))
+        .collect();
+    let members: Vec<Value> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| serde_json::json!({"id": format!("local-{i}"), "address": n.addr}))
+        .collect();
+    let topology = serde_json::json!({"topology": {"version": 1, "members": members}});
+    for node in &nodes {
+        node.action("configure", &topology.to_string()).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let (_, summary) = run_load(
+        args(&nodes[1].addr, &out, &["--duration", "2s", "--ring"]),
+        &out,
+    )
+    .await;
+    assert_eq!(summary["config"]["mode"], "ring");
+    let totals = &summary["totals"];
+    assert!(totals["hit_ratio"].as_f64().unwrap() > 0.9, "{totals}");
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    assert_eq!(totals["corrupt"], 0, "{}", summary["corrupt_samples"]);
+    let mut entries = 0;
+    for node in &nodes {
+        let stats = node.action("stats", "").await;
+        let here = stats["entries"].as_u64().unwrap();
+        assert!(here > 20, "{stats}");
+        entries += here;
+    }
+    assert_eq!(entries, 200);
+}
+
+#[test]
+fn bad_flags_and_an_unreachable_target_fail_at_start() {
+    let output = load(&["--target", "127.0.0.1:1", "--concurrency", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--concurrency"));
+
+    let output = load(&["--target", "grpc://127.0.0.1:1"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("host:port"));
+
+    // A port nobody listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let target = format!("127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let output = load(&["--target", &target, "--connect-timeout", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot reach") && stderr.contains("UNAVAILABLE"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
