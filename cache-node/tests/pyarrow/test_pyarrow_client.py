@@ -83,8 +83,12 @@ def test_list_flights_by_prefix(client):
 
 def test_every_action(client):
     assert {a.type for a in client.list_actions()} == {
-        "ping", "invalidate", "invalidate-prefix", "clear", "stats", "configure", "topology", "lease"}
+        "ping", "invalidate", "invalidate-prefix", "clear", "stats", "configure", "topology", "lease",
+        "rebalance"}
     assert action(client, "ping") == b"pong"
+    # Without a topology a node owns every key: rebalance keeps everything.
+    report = json.loads(action(client, "rebalance", b'{"dryRun": true}'))
+    assert report["moved"] == 0 and report["failed"] == 0 and report["ringVersion"] == 0
     for key in ["act/1", "act/2", "act/3"]:
         put(client, key, bi_table(5))
     assert json.loads(action(client, "invalidate", b"act/1")) == {"removed": True}
