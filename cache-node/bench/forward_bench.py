@@ -5,7 +5,9 @@ through another node of a 2-node local cluster (release build, static topology).
 
 Rounds alternate direct and forwarded reads (which goes first alternates too), after a
 warm-up; prints p50 / p90 / mean per path and the forwarded/direct ratio of the medians.
-The nodes are stopped by PID at the end.
+The nodes run with the pods' glibc settings (MALLOC_ARENA_MAX=2,
+MALLOC_MMAP_THRESHOLD_=131072; GLIBC_DEFAULTS=1 leaves glibc's defaults), the client
+without them. The nodes are stopped by PID at the end.
 """
 
 import json
@@ -50,6 +52,9 @@ def main():
     with open(topo, "w") as f:
         json.dump({"version": 1, "members": [
             {"id": f"local-{i}", "address": f"127.0.0.1:{p}"} for i, p in enumerate(ports)]}, f)
+    node_env = dict(os.environ)
+    if not os.environ.get("GLIBC_DEFAULTS"):
+        node_env.update(MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="131072")
     procs = []
     try:
         for i, port in enumerate(ports):
@@ -57,7 +62,7 @@ def main():
                 [binary, "--member-id", f"local-{i}", "--topology", topo,
                  "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{free_port()}",
                  "--memory-budget", "1GiB"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=node_env))
         for port in ports:
             for _ in range(300):
                 try:

@@ -162,6 +162,11 @@ impl RpcTimer {
         self.record(code);
     }
 
+    /// Drops the timer without recording anything (another path records the RPC).
+    pub fn discard(mut self) {
+        self.finished = true;
+    }
+
     fn record(&mut self, code: Code) {
         if self.finished {
             return;

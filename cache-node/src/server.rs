@@ -19,6 +19,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::config::{Config, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::flight::auth::Auth;
+use crate::flight::passthrough::DoGetRelay;
 use crate::live::{LiveConfig, chain};
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
@@ -141,9 +142,11 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         .unwrap_or(usize::MAX)
         .saturating_add(1 << 20)
         .max(64 << 20);
-    let flight_service = FlightServiceServer::new(service)
+    let flight_service = FlightServiceServer::new(service.clone())
         .max_decoding_message_size(decode_limit)
         .max_encoding_message_size(decode_limit);
+    // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
+    let flight_service = DoGetRelay::new(flight_service, service);
 
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();

@@ -401,3 +401,42 @@ async fn the_location_mode_flag_sets_the_starting_mode() {
     assert_eq!(stats(&mut client).await["locationMode"], "proxy");
     node.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_forwarded_get_streams_large_entries_and_is_timed_with_the_owners_status() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-2", "large", 1).remove(0);
+    let missing = keys_owned_by(&ring, "n-2", "absent", 1).remove(0);
+    // About 6 MB: several FlightData messages, each relayed as the owner framed it.
+    let batches = vec![sample_batch(200_000, 3), sample_batch(10, 4)];
+    let mut via0 = cluster.client(0).await;
+    put(&mut via0, path(&key), batches.clone(), None)
+        .await
+        .unwrap();
+    let direct = raw_get(cluster.node(2), &key).await;
+    assert!(direct.len() > 3, "{} messages", direct.len());
+    // The encoder splits the big batch to keep messages under 2 MiB, so compare with what
+    // the owner itself answers.
+    let from_owner = get(&mut cluster.client(2).await, path_ticket(&key))
+        .await
+        .unwrap();
+    let rows: usize = from_owner.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 200_010);
+    for _ in 0..3 {
+        assert_eq!(get(&mut via0, path_ticket(&key)).await.unwrap(), from_owner);
+    }
+    assert_eq!(raw_get(cluster.node(0), &key).await, direct);
+    let err = get(&mut via0, path_ticket(&missing)).await.unwrap_err();
+    let status = status(err);
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(status.message().contains("is not cached"), "{status}");
+    let text = scrape(cluster.node(0).metrics_addr).await;
+    for line in [
+        "flightcache_node_grpc_server_handled_total{grpc_method=\"DoGet\",grpc_code=\"OK\"} 4\n",
+        "flightcache_node_grpc_server_handled_total{grpc_method=\"DoGet\",grpc_code=\"NotFound\"} 1\n",
+    ] {
+        assert!(text.contains(line), "{line}");
+    }
+    cluster.shutdown().await;
+}

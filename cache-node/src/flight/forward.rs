@@ -112,6 +112,16 @@ pub struct Peers {
 
 impl Peers {
     fn client(&self, peer: &Peer) -> Result<FlightServiceClient<Channel>> {
+        Ok(FlightServiceClient::new(self.channel(peer)?)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
+    }
+
+    /// The pooled channel to `peer` (connected lazily on first use).
+    ///
+    /// # Errors
+    /// [`Error::OwnerUnreachable`] for an address that is not a valid URI authority.
+    pub fn channel(&self, peer: &Peer) -> Result<Channel> {
         let channel = {
             let mut channels = self.channels.lock();
             match channels.get(&peer.address) {
@@ -122,16 +132,17 @@ impl Peers {
                         .connect_timeout(CONNECT_TIMEOUT)
                         .tcp_nodelay(true)
                         .initial_stream_window_size(4 << 20)
-                        .initial_connection_window_size(8 << 20);
+                        .initial_connection_window_size(8 << 20)
+                        // As the server side: a relayed 2 MiB message arrives in a few
+                        // frames instead of 128 16 KiB ones (fewer reads and wake-ups).
+                        .max_frame_size(1 << 20);
                     let channel = endpoint.connect_lazy();
                     channels.insert(peer.address.clone(), channel.clone());
                     channel
                 }
             }
         };
-        Ok(FlightServiceClient::new(channel)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX))
+        Ok(channel)
     }
 }
 
@@ -156,6 +167,23 @@ pub struct Sender {
     pub member: String,
     /// The ring version it routed by.
     pub ring_version: u64,
+}
+
+/// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
+pub fn add_forwarding_headers(
+    headers: &mut tonic::codegen::http::HeaderMap,
+    incoming: &MetadataMap,
+    sender: &Sender,
+) {
+    if let Some(auth) = incoming.get("authorization").and_then(|v| v.to_str().ok())
+        && let Ok(value) = auth.parse()
+    {
+        headers.insert("authorization", value);
+    }
+    if let Ok(member) = sender.member.parse() {
+        headers.insert(FORWARDED_HEADER, member);
+    }
+    headers.insert(RING_VERSION_HEADER, sender.ring_version.into());
 }
 
 fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T> {

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod forward;
 pub mod lease;
 mod list;
+pub mod passthrough;
 pub mod put;
 pub mod rebalance;
 mod replica;

@@ -1,0 +1,327 @@
+//! Forwarded DoGet without re-encoding: the owner's HTTP/2 response is relayed frame by
+//! frame.
+//!
+//! A tower service in front of the generated Flight server. For a DoGet whose ticket's
+//! first choice is another member, it sends the request body as received (one gRPC
+//! message: the Ticket) to the owner over the pooled channel, with the forwarding
+//! headers, and answers with the owner's response: its headers, its body frames (the
+//! FlightData messages, never decoded, copied or re-framed here) and its trailers. That
+//! saves the forwarding node a decode into a per-message buffer and a prost re-encode
+//! into another, for each ≤ 2 MiB message (see docs/benchmarks.md).
+//!
+//! Everything else goes to the generated server unchanged, and so does a DoGet this
+//! relay does not take: one served here, a request that was itself forwarded, one that
+//! fails auth or carries an unusual body, an owner that cannot be reached (the normal
+//! path then names it or falls back to the second copy), and, with `replicas: 2`, an
+//! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
+//! Does network I/O.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::codegen::{BoxFuture, Service};
+use tonic::metadata::MetadataMap;
+use tonic::server::NamedService;
+use tonic::{Code, Status};
+
+use super::FlightCacheService;
+use super::forward::{self, CALL_TIMEOUT};
+use super::ticket::CacheTicket;
+use crate::metrics::RpcTimer;
+use crate::routing::members::Route;
+
+/// The gRPC path of DoGet.
+const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
+/// Largest DoGet request body read here (a ticket is a key of at most 64 KiB).
+const MAX_REQUEST_BYTES: usize = 80 << 10;
+
+/// The Flight server `S` with forwarded DoGets relayed at the HTTP/2 level.
+#[derive(Debug, Clone)]
+pub struct DoGetRelay<S> {
+    inner: S,
+    service: FlightCacheService,
+}
+
+impl<S> DoGetRelay<S> {
+    /// Wraps `inner` (the generated server over `service`).
+    pub fn new(inner: S, service: FlightCacheService) -> Self {
+        Self { inner, service }
+    }
+}
+
+impl<S: NamedService> NamedService for DoGetRelay<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<Body>> for DoGetRelay<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.uri().path() != DO_GET_PATH {
+            return Box::pin(self.inner.call(request));
+        }
+        // The ready clone answers this call; a fresh clone waits for the next poll_ready.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let service = self.service.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let Some(message) = read_small_body(body).await else {
+                let status = Status::invalid_argument("unreadable DoGet request");
+                return Ok(status.into_http());
+            };
+            if let Some(response) = service.relay_do_get(&parts, &message).await {
+                return Ok(response);
+            }
+            let request = http::Request::from_parts(parts, Body::new(Once(Some(message))));
+            inner.call(request).await
+        })
+    }
+}
+
+impl FlightCacheService {
+    /// Relays a DoGet to the ticket's owner if this relay takes it (see the module docs);
+    /// `None` hands it to the normal path.
+    async fn relay_do_get(
+        &self,
+        parts: &http::request::Parts,
+        message: &Bytes,
+    ) -> Option<http::Response<Body>> {
+        let metadata = MetadataMap::from_headers(parts.headers.clone());
+        if forward::forwarded_by(&metadata).is_some() || self.auth.check(&metadata).is_err() {
+            return None;
+        }
+        let ticket = ticket_bytes(message)?;
+        let key = CacheTicket::try_decode(&ticket).ok()?.key;
+        let choices = self.routing.choices(&key.to_store_bytes(), None).ok()?;
+        let Some(Route::Forward(peer)) = choices.first() else {
+            return None;
+        };
+        let timer = self.metrics.rpc("DoGet");
+        let mut channel = self.peers.channel(peer).ok()?;
+        let mut outgoing = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(DO_GET_PATH)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Body::new(Once(Some(message.clone()))))
+            .ok()?;
+        forward::add_forwarding_headers(outgoing.headers_mut(), &metadata, &self.sender());
+        let call = async {
+            std::future::poll_fn(|cx| channel.poll_ready(cx)).await?;
+            channel.call(outgoing).await
+        };
+        let response = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(response)) => response,
+            // Unreachable or too slow: the normal path names the owner or asks the second
+            // copy. The timer is dropped unrecorded (the normal path records the call).
+            Ok(Err(_)) | Err(_) => {
+                timer.discard();
+                return None;
+            }
+        };
+        // A trailers-only answer carries its status in the headers.
+        let early = Status::from_header_map(response.headers()).map(|status| status.code());
+        if let Some(code) = early
+            && choices.len() > 1
+            && matches!(code, Code::NotFound | Code::Unavailable)
+        {
+            timer.discard();
+            return None;
+        }
+        tracing::debug!(owner = %peer.id, %key, "relaying DoGet from the owner");
+        let (mut head, body) = response.into_parts();
+        // The owner's date header is not ours to pass on.
+        head.headers.remove(http::header::DATE);
+        let timed = Timed {
+            body,
+            timer: Some(timer),
+            code: early.unwrap_or(Code::Ok),
+        };
+        Some(http::Response::from_parts(head, Body::new(timed)))
+    }
+}
+
+/// The protobuf `Ticket.ticket` bytes of an uncompressed one-message gRPC body: a 5-byte
+/// prefix (flag 0, big-endian length), then field 1 (tag `0x0a`, varint length, bytes)
+/// and nothing else. Anything else is left to the normal path.
+fn ticket_bytes(message: &Bytes) -> Option<Bytes> {
+    let mut buf = message.clone();
+    if buf.remaining() < 5 || buf.get_u8() != 0 {
+        return None;
+    }
+    let len = usize::try_from(buf.get_u32()).ok()?;
+    if buf.remaining() != len || len == 0 || buf.get_u8() != 0x0a {
+        return None;
+    }
+    let mut size: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        if !buf.has_remaining() {
+            return None;
+        }
+        let byte = buf.get_u8();
+        size |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+    }
+    let size = usize::try_from(size).ok()?;
+    (buf.remaining() == size).then(|| buf.copy_to_bytes(size))
+}
+
+/// Reads a request body of at most [`MAX_REQUEST_BYTES`]; `None` if it is larger or
+/// fails.
+async fn read_small_body(mut body: Body) -> Option<Bytes> {
+    let mut collected = BytesMut::new();
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        match frame {
+            None => return Some(collected.freeze()),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    if collected.len() + data.len() > MAX_REQUEST_BYTES {
+                        return None;
+                    }
+                    collected.extend_from_slice(&data);
+                }
+            }
+            Some(Err(_)) => return None,
+        }
+    }
+}
+
+/// A body of one chunk.
+#[derive(Debug)]
+struct Once(Option<Bytes>);
+
+impl HttpBody for Once {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.take().map(|data| Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.0.as_ref().map_or(0, |data| data.len() as u64))
+    }
+}
+
+/// The owner's response body, passed through; records the RPC with the owner's
+/// `grpc-status` when it ends (CANCELLED if the client goes away first).
+struct Timed {
+    body: Body,
+    timer: Option<RpcTimer>,
+    code: Code,
+}
+
+impl HttpBody for Timed {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    this.code = Status::from_header_map(trailers)
+                        .map_or(Code::Unknown, |status| status.code());
+                }
+            }
+            Poll::Ready(Some(Err(status))) => this.code = status.code(),
+            Poll::Ready(None) => {
+                if let Some(timer) = this.timer.take() {
+                    timer.finish(this.code);
+                }
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        // Ended by a trailers frame the client read, without a final poll: record it.
+        if let Some(timer) = self.timer.take()
+            && self.body.is_end_stream()
+        {
+            timer.finish(self.code);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grpc(message: &[u8]) -> Bytes {
+        let mut out = vec![0u8];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn the_ticket_is_read_from_a_plain_request_only() {
+        let ticket = b"FCT\x01Preports/daily";
+        let mut message = vec![0x0a, ticket.len() as u8];
+        message.extend_from_slice(ticket);
+        assert_eq!(ticket_bytes(&grpc(&message)).as_deref(), Some(&ticket[..]));
+        // A long ticket: two-byte varint.
+        let long = vec![b'x'; 300];
+        let mut message = vec![0x0a, 0xac, 0x02];
+        message.extend_from_slice(&long);
+        assert_eq!(ticket_bytes(&grpc(&message)).as_deref(), Some(&long[..]));
+        // Compressed, truncated, another field or trailing bytes: not taken.
+        let mut compressed = grpc(&[0x0a, 1, b'a']).to_vec();
+        compressed[0] = 1;
+        for bad in [
+            Bytes::from(compressed),
+            grpc(&[0x0a, 5, b'a']),
+            grpc(&[0x12, 1, b'a']),
+            grpc(&[0x0a, 1, b'a', 0x12, 0]),
+            grpc(&[]),
+            Bytes::from_static(b"\0\0"),
+        ] {
+            assert_eq!(ticket_bytes(&bad), None, "{bad:?}");
+        }
+    }
+}
