@@ -94,7 +94,7 @@ async fn rebalance_on_a_draining_node_hands_every_entry_to_the_new_owners() {
     let report = rebalance(cluster.node(2), "").await;
     assert_eq!(
         report,
-        json!({"moved": on_c.len() - 5, "movedBytes": report["movedBytes"], "failed": 0, "kept": 0, "ringVersion": 2})
+        json!({"moved": on_c.len() - 5, "movedBytes": report["movedBytes"], "failed": 0, "kept": 0, "copied": 0, "copyFailed": 0, "ringVersion": 2})
     );
     assert_eq!(
         limited["movedBytes"].as_u64().unwrap() + report["movedBytes"].as_u64().unwrap(),
@@ -241,6 +241,43 @@ async fn rebalance_never_brings_back_a_key_invalidated_after_the_ring_changed() 
     assert_eq!(status(err).code(), tonic::Code::NotFound);
     for key in &on_c[1..] {
         get(&mut via0, path_ticket(key)).await.unwrap();
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn rebalance_fills_the_second_copies_when_replicas_go_from_one_to_two() {
+    let mut cluster = Cluster::start(3).await;
+    let keys = put_rebalanced_keys(&mut cluster.client(0).await, 90).await;
+    let held: u64 = (0..3).map(|i| cluster.node(i).store.stats().entries).sum();
+    assert_eq!(held, 90);
+    cluster.replicas = 2;
+    cluster.publish(2, &[]).await;
+    let dry = rebalance(cluster.node(0), r#"{"dryRun": true}"#).await;
+    assert_eq!(dry["copied"], cluster.node(0).store.stats().entries);
+    let mut copied = 0;
+    for i in 0..3 {
+        let report = rebalance(cluster.node(i), "").await;
+        assert_eq!(report["moved"], 0);
+        assert_eq!(report["copyFailed"], 0);
+        copied += report["copied"].as_u64().unwrap();
+    }
+    // Each node sent its keys to their other owner; the copies it received since were
+    // already there when it asked, so every key was copied exactly once.
+    assert_eq!(copied, 90);
+    let ring = cluster.ring(&[]);
+    for key in &keys {
+        for owner in ring.owners(format!("P{key}").as_bytes(), 2) {
+            let node = cluster.node(owner.trim_start_matches("n-").parse().unwrap());
+            assert!(
+                node.store.peek(format!("P{key}").as_bytes()).is_some(),
+                "{key} on {owner}"
+            );
+        }
+    }
+    // A second rebalance finds every copy in place.
+    for i in 0..3 {
+        assert_eq!(rebalance(cluster.node(i), "").await["copied"], 0);
     }
     cluster.shutdown().await;
 }

@@ -10,7 +10,7 @@
 //! | `configure` | a node config document with live fields only and/or a `topology` (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0, "ringVersion": 7}` |
 //! | `topology` | empty | `{"memberId": "p-0", "version": 7, "members": [...]}` (version 0 and no members without a topology) |
 //! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `lease.rs`) |
-//! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "ringVersion": 8}` (see `rebalance.rs`) |
+//! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "copied": 0, "copyFailed": 0, "ringVersion": 8}` (see `rebalance.rs`) |
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
 //! on every member (the Flight adapter forwards them; see `flight::forward`).
@@ -105,7 +105,7 @@ impl NodeAction {
                 "Hand every entry this node no longer owns under its ring to the key's owners, \
                  hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
                  \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
-                 \"ringVersion\"}."
+                 \"copied\", \"copyFailed\", \"ringVersion\"}."
             }
         }
     }

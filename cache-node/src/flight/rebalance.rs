@@ -11,8 +11,13 @@
 //! (most hits, then most recently used) with bounded concurrency, so the hot set lands
 //! first if a receiver's budget is tight.
 //!
+//! With `replicas: 2`, for an entry the node keeps it also asks the key's other owner
+//! whether it holds a copy and sends one where it does not (an owner that restarted empty,
+//! or `replicas` raised from 1), counted in `copied` / `copyFailed`.
+//!
 //! Body (optional JSON): `{"dryRun": bool, "limit": N}`. Result:
-//! `{"moved", "movedBytes", "failed", "kept", "ringVersion"}`. Does network I/O.
+//! `{"moved", "movedBytes", "failed", "kept", "copied", "copyFailed", "ringVersion"}`.
+//! Does network I/O.
 
 use std::time::Duration;
 
@@ -57,6 +62,11 @@ pub struct RebalanceReport {
     pub failed: u64,
     /// Entries this node keeps: it is one of their owners, or they were past `limit`.
     pub kept: u64,
+    /// Kept entries whose copy was missing on another of their owners (`replicas: 2`,
+    /// e.g. after that owner restarted empty) and was sent there (dry run: would be).
+    pub copied: u64,
+    /// Kept entries whose missing copy could not be checked or sent.
+    pub copy_failed: u64,
     /// The ring version the owners were computed with.
     pub ring_version: u64,
 }
@@ -107,10 +117,20 @@ impl FlightCacheService {
         let self_id = self.routing.self_id();
         let limit = request.limit.unwrap_or(u64::MAX);
         let mut plan: Vec<(HandoffEntry, Vec<Peer>)> = Vec::new();
+        let mut fills: Vec<(HandoffEntry, Vec<Peer>)> = Vec::new();
         for entry in entries {
             let owners = membership.owners(&entry.key);
-            if owners.iter().any(|id| Some(id.as_str()) == self_id) {
+            let is_self = |id: &&String| Some(id.as_str()) == self_id;
+            if owners.iter().any(|id| is_self(id)) {
                 report.kept += 1;
+                let others: Vec<Peer> = owners
+                    .iter()
+                    .filter(|id| !is_self(id))
+                    .filter_map(|id| membership.peer(id))
+                    .collect();
+                if !others.is_empty() {
+                    fills.push((entry, others));
+                }
                 continue;
             }
             let peers: Vec<Peer> = owners.iter().filter_map(|id| membership.peer(id)).collect();
@@ -122,9 +142,23 @@ impl FlightCacheService {
                 plan.push((entry, peers));
             }
         }
+        // Moves first (they are what a ring change needs); copies within what is left of
+        // the limit.
+        fills.truncate(
+            usize::try_from(limit.saturating_sub(plan.len() as u64)).unwrap_or(usize::MAX),
+        );
         if request.dry_run {
             report.moved = plan.len() as u64;
             report.moved_bytes = plan.iter().map(|(e, _)| e.entry.weight_bytes()).sum();
+        }
+        let mut checks = futures::stream::iter(fills)
+            .map(|(entry, peers)| self.fill_copies(entry, peers, request.dry_run, metadata))
+            .buffered(CONCURRENCY);
+        while let Some((copied, failed)) = checks.next().await {
+            report.copied += u64::from(copied);
+            report.copy_failed += u64::from(failed);
+        }
+        if request.dry_run {
             return report;
         }
         // `buffered` starts the sends in plan order (hottest first).
@@ -142,6 +176,68 @@ impl FlightCacheService {
             }
         }
         report
+    }
+
+    /// For an entry this node keeps: asks each other owner whether it holds the key (a
+    /// forwarded GetFlightInfo) and sends it a copy where it does not (unless `dry_run`).
+    /// Returns (a copy was sent or would be, a check or send failed).
+    async fn fill_copies(
+        &self,
+        handoff: HandoffEntry,
+        peers: Vec<Peer>,
+        dry_run: bool,
+        metadata: &MetadataMap,
+    ) -> (bool, bool) {
+        let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
+            return (false, true);
+        };
+        let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+        if lifetime.remaining.is_some_and(|left| left.is_zero()) {
+            return (false, false);
+        }
+        let sender = self.sender();
+        let (mut copied, mut failed) = (false, false);
+        for peer in &peers {
+            let probe =
+                forward::get_flight_info(&self.peers, peer, &sender, key.to_descriptor(), metadata)
+                    .await;
+            match probe {
+                Ok(_) => continue,
+                Err(Error::Forwarded(status)) if status.code() == tonic::Code::NotFound => {}
+                Err(err) => {
+                    tracing::warn!(%key, owner = %peer.id, error = %err, "cannot check a copy");
+                    failed = true;
+                    continue;
+                }
+            }
+            if dry_run {
+                copied = true;
+                continue;
+            }
+            let sent = tokio::time::timeout(
+                ENTRY_DEADLINE,
+                forward::send_entry(
+                    &self.peers,
+                    peer,
+                    &sender,
+                    &key,
+                    &handoff.entry,
+                    WriteKind::Migration,
+                    &lifetime,
+                    metadata,
+                ),
+            )
+            .await;
+            match sent {
+                Ok(Ok(_)) => copied = true,
+                Ok(Err(err)) => {
+                    tracing::warn!(%key, owner = %peer.id, error = %err, "copy not sent");
+                    failed = true;
+                }
+                Err(_) => failed = true,
+            }
+        }
+        (copied, failed)
     }
 
     /// Sends one entry to every owner, then removes it here.
