@@ -121,7 +121,7 @@ impl FlightCacheService {
         for entry in entries {
             let owners = membership.owners(&entry.key);
             let is_self = |id: &&String| Some(id.as_str()) == self_id;
-            if owners.iter().any(|id| is_self(id)) {
+            if owners.iter().any(&is_self) {
                 report.kept += 1;
                 let others: Vec<Peer> = owners
                     .iter()
