@@ -199,7 +199,9 @@ impl RingClient {
         .await
     }
 
-    /// Reads the entry under `descriptor` from its owner (NOT_FOUND on a miss).
+    /// Reads the entry under `descriptor` from its owner (NOT_FOUND on a miss). With
+    /// `replicas: 2`, an owner still unreachable after the ring refresh is skipped: the
+    /// read goes to the key's second choice, which serves its copy.
     ///
     /// # Errors
     /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
@@ -210,11 +212,33 @@ impl RingClient {
         let key = CacheKey::from_descriptor(descriptor)
             .map_err(|err| ClientError::BadKey(err.to_string()))?;
         let ticket = Ticket::new(CacheTicket::new(key.clone()).encode());
-        self.with_retry(&key, |mut client| {
-            let ticket = ticket.clone();
-            async move { client.do_get(ticket).await?.try_collect().await }
-        })
-        .await
+        let result = self
+            .with_retry(&key, |mut client| {
+                let ticket = ticket.clone();
+                async move { client.do_get(ticket).await?.try_collect().await }
+            })
+            .await;
+        match result {
+            Err(err) if err.code() == Some(Code::Unavailable) => {
+                let Some(address) = self.second_choice(&key) else {
+                    return Err(err);
+                };
+                tracing::debug!(%address, "owner unavailable; reading the second copy");
+                let mut client = self.flight_client(&address)?;
+                let read = async { client.do_get(ticket).await?.try_collect().await };
+                read.await
+                    .map_err(|source| ClientError::Flight { address, source })
+            }
+            other => other,
+        }
+    }
+
+    /// The address of `key`'s second choice when the ring keeps two copies.
+    fn second_choice(&self, key: &CacheKey) -> Option<String> {
+        let membership = self.membership.lock().clone()?;
+        let owners = membership.owners(&key.to_store_bytes());
+        let second = owners.get(1)?;
+        membership.peer(second).map(|peer| peer.address)
     }
 
     /// Removes the entry under `descriptor` on its owner; true if there was one.

@@ -197,3 +197,21 @@ async fn list_flights_on_any_node_lists_the_whole_pool_once_per_key() {
     assert_eq!(listed(&mut via0, "listing/").await.unwrap(), expected);
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_ring_aware_client_reads_the_second_copy_while_the_owner_is_down() {
+    use cache_node::client::RingClient;
+    let mut cluster = Cluster::start_with_replicas(3, 2).await;
+    let client = RingClient::connect(&cluster.addresses[0], None)
+        .await
+        .unwrap();
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-1", "ring-aware", 1).remove(0);
+    let batch = sample_batch(500, 8);
+    client.put(path(&key), vec![batch.clone()]).await.unwrap();
+    let (_, second) = two_owners(&ring, &key);
+    assert!(holds(cluster.node(second), &key));
+    cluster.stop(1).await;
+    assert_eq!(client.get(&path(&key)).await.unwrap(), vec![batch]);
+    cluster.shutdown().await;
+}

@@ -8,7 +8,7 @@
 //! | `clear` | empty | `{"removed": 40}` |
 //! | `stats` | empty | store counters, limits and the running config generation |
 //! | `configure` | a node config document with live fields only and/or a `topology` (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0, "ringVersion": 7}` |
-//! | `topology` | empty | `{"memberId": "p-0", "version": 7, "members": [...]}` (version 0 and no members without a topology) |
+//! | `topology` | empty | `{"memberId": "p-0", "version": 7, "replicas": 1, "members": [...]}` (version 0 and no members without a topology) |
 //! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `lease.rs`) |
 //! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "copied": 0, "copyFailed": 0, "ringVersion": 8}` (see `rebalance.rs`) |
 //!
@@ -199,6 +199,7 @@ pub fn run(
             json!({
                 "memberId": routing.self_id(),
                 "version": routing.version(),
+                "replicas": current.as_ref().map_or(1, |m| m.replicas()),
                 "members": current
                     .map(|m| serde_json::to_value(&m.topology().members).unwrap_or_default())
                     .unwrap_or_else(|| json!([])),
