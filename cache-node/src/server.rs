@@ -272,6 +272,13 @@ async fn sweep_expired(store: Arc<Store>) {
     }
 }
 
+/// Whether this process runs under a cgroup (v2) memory limit, i.e. in a container with
+/// `resources.limits.memory`.
+fn in_memory_limited_cgroup() -> bool {
+    std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .is_ok_and(|limit| !limit.trim().is_empty() && limit.trim() != "max")
+}
+
 /// Re-reads the config file when its content changes and applies its live fields. A
 /// bad file is logged and ignored; the running config stays.
 async fn watch_config_file(
@@ -301,11 +308,22 @@ async fn watch_config_file(
             }
         };
         // listen, metricsListen, authTokenFile and shutdownGrace are read at start only.
+        // In a memory-limited container the byte budget must follow the container's
+        // limit, which the operator changes in step with it through `configure` (limit
+        // raised before the budget, budget lowered before the limit); the file can show
+        // the new budget before the limit has moved, so there it is read at start only.
+        let (memory_budget, max_entry_size) = if in_memory_limited_cgroup() {
+            (None, None)
+        } else {
+            (doc.memory_budget.clone(), doc.max_entry_size.clone())
+        };
         let live_fields = crds::node_config::NodeConfig {
             listen: None,
             metrics_listen: None,
             auth_token_file: None,
             shutdown_grace: None,
+            memory_budget,
+            max_entry_size,
             ..doc
         };
         match live.apply(&live_fields, &store) {
