@@ -157,7 +157,23 @@ impl Caller {
         let result = match self {
             Self::Direct(client) => {
                 let ticket = Ticket::new(workload.ticket(index));
-                let call = async { client.do_get(ticket).await?.try_collect().await };
+                // gRPC's transparent retry, as grpc-core (pyarrow) does it: a call the
+                // connection dropped before the server saw it (the pod behind the
+                // Service is stopping) is sent once more on a fresh connection. Server
+                // answers, deadlines and everything else are never retried.
+                let call = async {
+                    let mut attempt = 0;
+                    loop {
+                        attempt += 1;
+                        let result: Result<Vec<_>, FlightError> =
+                            async { client.do_get(ticket.clone()).await?.try_collect().await }
+                                .await;
+                        match result {
+                            Err(err) if attempt == 1 && never_reached_the_server(&err) => continue,
+                            other => break other,
+                        }
+                    }
+                };
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|err| (flight_code(&err), flight_error(&err))),
                     Err(_) => return Err(deadline_error(timeout)),
@@ -216,6 +232,17 @@ impl Caller {
                 }
             }
         }
+    }
+}
+
+/// Whether a call failed in the client's transport before any server answered (hyper
+/// canceled it when its connection closed), so sending it again cannot run it twice.
+fn never_reached_the_server(err: &FlightError) -> bool {
+    match err {
+        FlightError::Tonic(status) => {
+            status.code() == Code::Cancelled && status.message().contains("operation was canceled")
+        }
+        _ => false,
     }
 }
 

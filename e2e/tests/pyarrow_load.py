@@ -1,0 +1,83 @@
+"""A pyarrow reader/writer beside flightcache-load during e2e/tests/changes: the same
+cache-aside loop a Python service runs, through the pool's client Service by DNS name.
+
+    pyarrow_load.py HOST PORT TOKEN KEYS OUT_JSON PHASE_FILE
+
+Puts KEYS tables under `py/<i>`, then reads random keys until SIGTERM: a hit must equal
+what was put (else `corrupt`), a miss (NOT_FOUND) is refilled, any other error is
+counted. Each call is tagged with the phase named in PHASE_FILE. On SIGTERM it writes
+{"phases": {phase: {"gets", "hits", "misses", "errors", "corrupt"}}, "error_samples": [...]}.
+"""
+
+import json
+import random
+import signal
+import sys
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+stop = False
+
+
+def on_term(*_):
+    global stop
+    stop = True
+
+
+def table(i: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(i, i + 64), pa.int64()),
+                     "v": pa.array([f"py{i}-{j}" for j in range(64)])})
+
+
+def main() -> None:
+    host, port, token, keys, out, phase_file = sys.argv[1:7]
+    keys = int(keys)
+    signal.signal(signal.SIGTERM, on_term)
+    client = flight.connect(f"grpc://{host}:{port}")
+    options = flight.FlightCallOptions(
+        headers=[client.authenticate_basic_token(b"py", token.encode())], timeout=10)
+
+    def put(i: int) -> None:
+        t = table(i)
+        writer, _ = client.do_put(flight.FlightDescriptor.for_path("py", str(i)), t.schema, options)
+        writer.write_table(t)
+        writer.close()
+
+    for i in range(keys):
+        put(i)
+    phases: dict = {}
+    samples: list = []
+    rng = random.Random(7)
+    while not stop:
+        try:
+            phase = open(phase_file).read().strip() or "none"
+        except OSError:
+            phase = "none"
+        counts = phases.setdefault(phase, {"gets": 0, "hits": 0, "misses": 0, "errors": 0, "corrupt": 0})
+        i = rng.randrange(keys)
+        counts["gets"] += 1
+        try:
+            got = client.do_get(flight.Ticket(b"FCT\x01Ppy/" + str(i).encode()), options).read_all()
+            if got.equals(table(i)):
+                counts["hits"] += 1
+            else:
+                counts["corrupt"] += 1
+        except pa.ArrowKeyError:
+            counts["misses"] += 1
+            try:
+                put(i)
+            except Exception as err:  # noqa: BLE001 - counted, the loop goes on
+                counts["errors"] += 1
+                if len(samples) < 10:
+                    samples.append(f"{phase}: put: {err}")
+        except Exception as err:  # noqa: BLE001 - counted, the loop goes on
+            counts["errors"] += 1
+            if len(samples) < 10:
+                samples.append(f"{phase}: get: {err}")
+    with open(out, "w") as f:
+        json.dump({"phases": phases, "error_samples": samples}, f)
+
+
+if __name__ == "__main__":
+    main()
