@@ -155,6 +155,8 @@ impl FlightCacheService {
             body,
             timer: Some(timer),
             code: early.unwrap_or(Code::Ok),
+            owner: peer.id.to_string(),
+            ended: false,
         };
         Some(http::Response::from_parts(head, Body::new(timed)))
     }
@@ -234,10 +236,37 @@ impl HttpBody for Once {
 
 /// The owner's response body, passed through; records the RPC with the owner's
 /// `grpc-status` when it ends (CANCELLED if the client goes away first).
+///
+/// If the owner's stream breaks off (its connection ends while it stops), the client
+/// gets gRPC trailers with UNAVAILABLE naming the owner, not a reset HTTP/2 stream that
+/// clients report as a bare protocol error.
 struct Timed {
     body: Body,
     timer: Option<RpcTimer>,
     code: Code,
+    owner: String,
+    ended: bool,
+}
+
+impl Timed {
+    fn broken_off(&mut self, cause: &Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        self.ended = true;
+        self.code = Code::Unavailable;
+        if let Some(timer) = self.timer.take() {
+            timer.finish(self.code);
+        }
+        let status = Status::unavailable(format!(
+            "owner {} ended its answer early ({}: {}); retry",
+            self.owner,
+            cause.code(),
+            cause.message()
+        ));
+        let mut trailers = http::HeaderMap::new();
+        match status.add_header(&mut trailers) {
+            Ok(()) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Err(_) => Poll::Ready(Some(Err(status))),
+        }
+    }
 }
 
 impl HttpBody for Timed {
@@ -249,7 +278,14 @@ impl HttpBody for Timed {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
         let polled = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(Some(Err(cause))) = &polled {
+            let cause = cause.clone();
+            return this.broken_off(&cause);
+        }
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(trailers) = frame.trailers_ref() {
@@ -257,7 +293,7 @@ impl HttpBody for Timed {
                         .map_or(Code::Unknown, |status| status.code());
                 }
             }
-            Poll::Ready(Some(Err(status))) => this.code = status.code(),
+            Poll::Ready(Some(Err(_))) => {}
             Poll::Ready(None) => {
                 if let Some(timer) = this.timer.take() {
                     timer.finish(this.code);
@@ -269,7 +305,7 @@ impl HttpBody for Timed {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.ended || self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -322,6 +358,58 @@ mod tests {
             Bytes::from_static(b"\0\0"),
         ] {
             assert_eq!(ticket_bytes(&bad), None, "{bad:?}");
+        }
+    }
+
+    /// A body that sends one data frame, then fails the way a closed connection does.
+    struct BreaksOff(u8);
+
+    impl HttpBody for BreaksOff {
+        type Data = Bytes;
+        type Error = Status;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+            self.0 += 1;
+            Poll::Ready(Some(match self.0 {
+                1 => Ok(Frame::data(Bytes::from_static(b"part"))),
+                _ => Err(Status::internal("h2 protocol error: http2 error")),
+            }))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_owner_stream_that_breaks_off_ends_in_unavailable_trailers_naming_it() {
+        use http_body_util_free::next_frame;
+        let mut timed = Timed {
+            body: Body::new(BreaksOff(0)),
+            timer: None,
+            code: Code::Ok,
+            owner: "pool-2".into(),
+            ended: false,
+        };
+        let first = next_frame(&mut timed).await.unwrap().unwrap();
+        assert_eq!(first.data_ref().map(|d| &d[..]), Some(&b"part"[..]));
+        let last = next_frame(&mut timed).await.unwrap().unwrap();
+        let status = Status::from_header_map(last.trailers_ref().unwrap()).unwrap();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(
+            status.message().contains("owner pool-2"),
+            "{}",
+            status.message()
+        );
+        assert!(timed.is_end_stream());
+        assert!(next_frame(&mut timed).await.is_none());
+    }
+
+    /// `http_body_util::BodyExt::frame` without the extra dependency.
+    mod http_body_util_free {
+        use super::*;
+
+        pub(super) async fn next_frame(body: &mut Timed) -> Option<Result<Frame<Bytes>, Status>> {
+            std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
         }
     }
 }
