@@ -38,4 +38,15 @@ die() { printf '[%s] error: %s\n' "$(elapsed)" "$*" >&2; exit 1; }
 need_root() { [[ $(id -u) == 0 ]] || die "must run as root (it creates a bridge, iptables rules and mounts)"; }
 
 kctl() { "$STATE/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+# wait_condition SECONDS OBJECT TYPE [kubectl args...]: poll until OBJECT's condition TYPE
+# is True. (`kubectl wait --for=condition` fails at once with "accessor error" when it reads
+# the object before any condition is written.)
+wait_condition() {
+  local limit=$1 object=$2 type=$3; shift 3
+  local deadline=$((SECONDS + limit))
+  until [[ $(kctl get "$object" "$@" -o jsonpath="{.status.conditions[?(@.type==\"$type\")].status}" 2>/dev/null) == True ]]; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
 ctrd() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }

@@ -20,7 +20,7 @@ build_and_import_images() {
 # waits for the Deployment to be available.
 install_operator() {
   kctl apply --server-side -f "$ROOT/charts/flightcache/crds/" >/dev/null
-  kctl wait --for=condition=Established crd/cacheclusters.flightcache.dev --timeout=60s >/dev/null
+  wait_condition 60 crd/cacheclusters.flightcache.dev Established || return 1
   kctl create namespace "$SYSTEM_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
   "$ROOT/scripts/helm" upgrade --install flightcache "$ROOT/charts/flightcache" -n "$SYSTEM_NS" \
     --kubeconfig "$KUBECONFIG_FILE" --skip-crds \
