@@ -20,24 +20,19 @@ use crate::error::{Error, Result};
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "flightcache-operator";
 
-/// Applies every pool's objects in order; returns the applied StatefulSets.
+/// Applies every pool's objects in order.
 ///
 /// # Errors
 /// [`Error::Apply`] naming the first object that failed.
-pub async fn apply_all(
-    client: &Client,
-    namespace: &str,
-    desired: &[DesiredPool],
-) -> Result<Vec<StatefulSet>> {
-    let mut applied = Vec::with_capacity(desired.len());
+pub async fn apply_all(client: &Client, namespace: &str, desired: &[DesiredPool]) -> Result<()> {
     for pool in desired {
         apply(client, namespace, &pool.configmap).await?;
         apply(client, namespace, &pool.headless_service).await?;
         apply(client, namespace, &pool.client_service).await?;
         apply(client, namespace, &pool.pdb).await?;
-        applied.push(apply(client, namespace, &pool.statefulset).await?);
+        apply(client, namespace, &pool.statefulset).await?;
     }
-    Ok(applied)
+    Ok(())
 }
 
 async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<K>

@@ -130,22 +130,19 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     .await;
     let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
     let desired = build::desired_resources(&cluster, &layouts);
-    let applied = match apply::apply_all(&ctx.client, &namespace, &desired).await {
-        Ok(applied) => applied,
-        Err(err) => {
-            let message = crate::chain(&err);
-            let status = status::compute(
-                cc.status.as_ref(),
-                cc.metadata.generation,
-                &Outcome::ApplyFailed(message.clone()),
-                &now(),
-            );
-            status::apply_status(&ctx.client, &cc, &status).await?;
-            ctx.publish(&cc, EventType::Warning, "ApplyFailed", message)
-                .await;
-            return Err(err);
-        }
-    };
+    if let Err(err) = apply::apply_all(&ctx.client, &namespace, &desired).await {
+        let message = crate::chain(&err);
+        let status = status::compute(
+            cc.status.as_ref(),
+            cc.metadata.generation,
+            &Outcome::ApplyFailed(message.clone()),
+            &now(),
+        );
+        status::apply_status(&ctx.client, &cc, &status).await?;
+        ctx.publish(&cc, EventType::Warning, "ApplyFailed", message)
+            .await;
+        return Err(err);
+    }
     report_pool_changes(&ctx, &cc, &cluster, &observed).await;
     let wanted: BTreeSet<String> = cluster.pools.iter().map(|p| p.name.clone()).collect();
     for pool in apply::delete_removed_pools(&ctx.client, &namespace, &name, &wanted).await? {
@@ -157,7 +154,6 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         )
         .await;
     }
-    drop(applied);
     run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
     let pools = pool_statuses(&cluster, &plans, cc.status.as_ref());
     let rolling_out = plans.iter().any(|(plan, _)| plan.rolling_out());

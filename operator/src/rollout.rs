@@ -1,12 +1,10 @@
-//! Reading node pods: readiness and the StatefulSet revision each was created from. Pure.
+//! Reading node pods: readiness, the template hash each was created from, memory limits
+//! and resize state. Pure.
 //!
 //! Which node restarts, drains or joins next is decided in [`crate::plan`].
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-
-/// Label the StatefulSet controller sets to the revision a pod was created from.
-const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// Whether a pod is Ready (and not terminating).
 pub fn is_ready(pod: &Pod) -> bool {
@@ -74,11 +72,6 @@ pub fn resize_infeasible(pod: &Pod) -> bool {
 /// Name of the cache node container in a node pod.
 pub const NODE_CONTAINER: &str = "node";
 
-/// The StatefulSet revision a pod was created from.
-pub fn revision_of(pod: &Pod) -> Option<&str> {
-    pod.labels().get(REVISION_LABEL).map(String::as_str)
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
@@ -86,11 +79,13 @@ mod tests {
 
     use super::*;
 
-    fn pod(revision: &str, ready: bool) -> Pod {
+    fn pod(template_hash: &str, ready: bool) -> Pod {
         let mut pod = Pod::default();
         pod.metadata.name = Some("c-p-0".into());
-        pod.labels_mut()
-            .insert(REVISION_LABEL.into(), revision.into());
+        pod.annotations_mut().insert(
+            crate::build::names::CONFIG_HASH_ANNOTATION.into(),
+            template_hash.into(),
+        );
         pod.status = Some(PodStatus {
             conditions: Some(vec![PodCondition {
                 type_: "Ready".into(),
@@ -114,8 +109,8 @@ mod tests {
     }
 
     #[test]
-    fn the_revision_is_the_statefulset_label() {
-        assert_eq!(revision_of(&pod("abc123", true)), Some("abc123"));
-        assert_eq!(revision_of(&Pod::default()), None);
+    fn the_template_hash_is_the_config_hash_annotation() {
+        assert_eq!(template_hash_of(&pod("abc123", true)), Some("abc123"));
+        assert_eq!(template_hash_of(&Pod::default()), None);
     }
 }
