@@ -247,6 +247,7 @@ async fn plan_pools(
                         && !memory_stuck,
                     ip: pod_ip(pod),
                     report,
+                    ready_seconds: rollout::ready_seconds(pod, &now()),
                     memory_limit,
                     memory_applied,
                     name,

@@ -1,7 +1,7 @@
 //! The operator's calls to running cache nodes: Flight `DoAction` on a pod's IP.
 //!
-//! The operator reads what each node runs (`stats`: config generation and entry count;
-//! `topology`: ring version) and pushes changes (`configure`: live config fields and the
+//! The operator reads what each node runs (`stats`: config generation, ring version,
+//! entry count, byte budget) and pushes changes (`configure`: live config fields and the
 //! ring; `rebalance`: hand entries to their owners). Every call has a deadline, so a
 //! hung node delays a reconcile by seconds, never blocks it.
 
@@ -110,11 +110,9 @@ struct StatsAnswer {
     generation: u64,
     entries: u64,
     budget_bytes: u64,
-}
-
-#[derive(Deserialize)]
-struct TopologyAnswer {
-    version: u64,
+    /// Absent from nodes without a ring.
+    #[serde(default)]
+    ring_version: u64,
 }
 
 /// Calls nodes of one cluster (same port and token for every node).
@@ -139,7 +137,8 @@ impl NodeAdmin {
         Self { port, token }
     }
 
-    /// The config generation, ring version and entry count of the node at `ip`.
+    /// The config generation, ring version, entry count and byte budget of the node at
+    /// `ip` (one `stats` call).
     ///
     /// # Errors
     /// [`NodeCallError`] naming the node and the action.
@@ -147,12 +146,9 @@ impl NodeAdmin {
         let stats: StatsAnswer = self
             .call_json(ip, "stats", Bytes::new(), CALL_TIMEOUT)
             .await?;
-        let topology: TopologyAnswer = self
-            .call_json(ip, "topology", Bytes::new(), CALL_TIMEOUT)
-            .await?;
         Ok(NodeReport {
             generation: stats.generation,
-            ring_version: topology.version,
+            ring_version: stats.ring_version,
             entries: stats.entries,
             budget_bytes: stats.budget_bytes,
         })

@@ -35,6 +35,10 @@ use crate::nodes::NodeReport;
 use crate::ring;
 use crate::validate::{ValidatedCluster, ValidatedPool};
 
+/// How long a joining or returning node's pod must have been Ready before it is
+/// published active.
+pub const ENTER_AFTER_READY_SECONDS: u64 = 5;
+
 /// One pod of the pool as observed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
@@ -50,6 +54,8 @@ pub struct NodeView {
     pub ip: Option<String>,
     /// What the node reported this pass (`None`: not asked, or it did not answer).
     pub report: Option<NodeReport>,
+    /// Seconds since the pod became Ready (0 when it is not).
+    pub ready_seconds: u64,
     /// The container memory limit in the pod spec (bytes).
     pub memory_limit: Option<u64>,
     /// The memory limit the kubelet reports applied (bytes).
@@ -147,6 +153,11 @@ pub fn plan_pool(
     let previous_state =
         |ordinal: i32| previous.and_then(|p| ring::state_of(p, cluster, pool, ordinal));
     let ready = |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.ready);
+    let settled = |ordinal: i32| {
+        by_ordinal
+            .get(&ordinal)
+            .is_some_and(|n| n.ready && n.ready_seconds >= ENTER_AFTER_READY_SECONDS)
+    };
     let current_template =
         |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.current_template);
 
@@ -156,12 +167,16 @@ pub fn plan_pool(
         let state = match (previous.is_some(), previous_state(ordinal), ready(ordinal)) {
             // A new pool starts with every node active: nothing to hand off yet.
             (false, _, _) => MemberState::Active,
+            (true, Some(MemberState::Active), _) => MemberState::Active,
             (true, Some(MemberState::Draining), true) if !current_template(ordinal) => {
                 MemberState::Draining
             }
-            (true, _, true) | (true, Some(MemberState::Active), false) => MemberState::Active,
-            (true, Some(MemberState::Draining), false) => MemberState::Draining,
-            (true, _, false) => MemberState::Joining,
+            // A node enters the key space only once its pod has been Ready for a moment,
+            // so its stable DNS name resolves on every peer (the headless Service's
+            // EndpointSlice and DNS caches lag the pod by a few seconds).
+            (true, _, true) if settled(ordinal) => MemberState::Active,
+            (true, Some(MemberState::Draining), _) => MemberState::Draining,
+            (true, _, _) => MemberState::Joining,
         };
         states.insert(ordinal, state);
     }
@@ -394,6 +409,7 @@ mod tests {
             current_template: current,
             ip: Some(format!("10.0.0.{ordinal}")),
             report,
+            ready_seconds: if ready { 60 } else { 0 },
             memory_limit: Some(512 << 20),
             memory_applied: Some(512 << 20),
         }
@@ -651,6 +667,19 @@ mod tests {
         ready.previous = Some(plan.layout.topology.clone());
         ready.seen_ring_version = plan.layout.topology.version;
         ready.nodes[2] = node(2, true, true, report(3, 2, 0));
+        // Ready a moment ago: still joining, so peers never route to a name that does not
+        // resolve yet.
+        let mut just_ready = ready.clone();
+        just_ready.nodes[2].ready_seconds = 1;
+        assert_eq!(
+            ring::state_of(
+                &plan_pool(&cluster, pool, &just_ready).layout.topology,
+                &cluster,
+                pool,
+                2
+            ),
+            Some(MemberState::Joining)
+        );
         let joined = plan_pool(&cluster, pool, &ready);
         assert_eq!(
             ring::state_of(&joined.layout.topology, &cluster, pool, 2),

@@ -4,6 +4,7 @@
 //! Which node restarts, drains or joins next is decided in [`crate::plan`].
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 /// Whether a pod is Ready (and not terminating).
@@ -18,6 +19,21 @@ pub fn is_ready(pod: &Pod) -> bool {
                     .iter()
                     .any(|c| c.type_ == "Ready" && c.status == "True")
             })
+}
+
+/// Seconds since the pod became Ready, as of `now` (0 when it is not Ready).
+pub fn ready_seconds(pod: &Pod, now: &Time) -> u64 {
+    if !is_ready(pod) {
+        return 0;
+    }
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or(0, |since| {
+            u64::try_from(now.0.as_second() - since.0.as_second()).unwrap_or(0)
+        })
 }
 
 /// The pod template hash a pod was created from (`flightcache.dev/config-hash`).
@@ -75,7 +91,6 @@ pub const NODE_CONTAINER: &str = "node";
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
 
@@ -106,6 +121,16 @@ mod tests {
             Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert!(!is_ready(&terminating));
         assert!(!is_ready(&Pod::default()));
+    }
+
+    #[test]
+    fn ready_seconds_count_from_the_ready_transition() {
+        let at = |secs| Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap());
+        let mut ready = pod("a", true);
+        ready.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time =
+            Some(at(100));
+        assert_eq!(ready_seconds(&ready, &at(107)), 7);
+        assert_eq!(ready_seconds(&pod("a", false), &at(107)), 0);
     }
 
     #[test]
