@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{
     Action, Criteria, FlightData, FlightDescriptor, FlightInfo, PutResult, SchemaResult, Ticket,
@@ -32,7 +31,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status, Streaming};
 
 use crate::error::{Error, Result};
-use crate::flight::{FlightStream, MAX_FLIGHT_DATA_BYTES};
+use crate::flight::FlightStream;
 use crate::key::CacheKey;
 use crate::routing::members::{ForwardedBy, Peer};
 use crate::store::{Entry, Lifetime};
@@ -373,16 +372,16 @@ pub async fn send_entry(
     incoming: &MetadataMap,
 ) -> Result<Bytes> {
     let mut client = peers.client(peer)?;
-    let batches = entry.batches().to_vec();
-    let upload = FlightDataEncoderBuilder::new()
-        .with_schema(entry.schema().clone())
-        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-        .with_flight_descriptor(Some(key.to_descriptor()))
-        .build(futures::stream::iter(batches.into_iter().map(Ok)))
-        // Encoding stored batches cannot fail short of a bug; end the upload there and
-        // the receiver refuses the short stream.
-        .take_while(|message| futures::future::ready(message.is_ok()))
-        .filter_map(|message| futures::future::ready(message.ok()));
+    // The stored messages as they are (no encoding); the first names the key.
+    let mut messages: Vec<FlightData> = entry
+        .wire_messages()
+        .iter()
+        .map(|message| message.to_flight_data())
+        .collect();
+    if let Some(first) = messages.first_mut() {
+        first.flight_descriptor = Some(key.to_descriptor());
+    }
+    let upload = futures::stream::iter(messages);
     let mut request = outgoing(upload, incoming, sender);
     let metadata = request.metadata_mut();
     metadata.insert(WRITE_HEADER, MetadataValue::from_static(kind.as_str()));

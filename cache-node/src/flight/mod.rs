@@ -20,7 +20,6 @@ pub mod ticket;
 
 use std::sync::Arc;
 
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
@@ -29,8 +28,8 @@ use arrow_flight::{
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
 use crds::node_config::LocationMode;
+use futures::StreamExt;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
@@ -49,7 +48,7 @@ pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
 
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
-pub const MAX_FLIGHT_DATA_BYTES: usize = 2 << 20;
+pub const MAX_FLIGHT_DATA_BYTES: usize = crate::store::wire::MAX_MESSAGE_BODY_BYTES;
 
 /// The Flight service of one cache node.
 #[derive(Debug, Clone)]
@@ -162,15 +161,15 @@ impl FlightCacheService {
     }
 }
 
-/// A stored entry as a FlightData stream (schema first, messages under the size cap).
+/// A stored entry as a FlightData stream: its stored messages (schema first), shared,
+/// not encoded again.
 fn encode_entry(entry: &Entry) -> FlightStream<FlightData> {
-    let batches = futures::stream::iter(entry.batches().to_vec().into_iter().map(Ok));
-    FlightDataEncoderBuilder::new()
-        .with_schema(entry.schema().clone())
-        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-        .build(batches)
-        .map_err(|err| Status::from(Error::Encode(err)))
-        .boxed()
+    let messages: Vec<_> = entry
+        .wire_messages()
+        .iter()
+        .map(|message| Ok(message.to_flight_data()))
+        .collect();
+    futures::stream::iter(messages).boxed()
 }
 
 /// Finishes `timer` with the outcome of `result` and converts errors to a Status.

@@ -1,7 +1,11 @@
-//! Forwarded DoGet without re-encoding: the owner's HTTP/2 response is relayed frame by
-//! frame.
+//! DoGet without encoding: a hit is answered with the entry's stored gRPC frames, and a
+//! forwarded DoGet with the owner's HTTP/2 response relayed frame by frame.
 //!
 //! A tower service in front of the generated Flight server. For a DoGet whose ticket's
+//! first choice is this node and whose entry is here, it answers with the entry's
+//! stored messages (`store::wire`): the frame heads and the IPC bodies are handed to
+//! HTTP/2 as they are, so a hit allocates and copies nothing in the node (the generated
+//! server would copy every body into a fresh message buffer). For a DoGet whose ticket's
 //! first choice is another member, it sends the request body as received (one gRPC
 //! message: the Ticket) to the owner over the pooled channel, with the forwarding
 //! headers, and answers with the owner's response: its headers, its body frames (the
@@ -10,8 +14,8 @@
 //! into another, for each ≤ 2 MiB message (see docs/benchmarks.md).
 //!
 //! Everything else goes to the generated server unchanged, and so does a DoGet this
-//! relay does not take: one served here, a request that was itself forwarded, one that
-//! fails auth or carries an unusual body, an owner that cannot be reached (the normal
+//! relay does not take: a miss here, a forwarded request this node does not hold, one
+//! that fails auth or carries an unusual body, an owner that cannot be reached (the normal
 //! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
 //! Does network I/O.
@@ -106,14 +110,18 @@ impl FlightCacheService {
         message: &Bytes,
     ) -> Option<http::Response<Body>> {
         let metadata = MetadataMap::from_headers(parts.headers.clone());
-        if forward::forwarded_by(&metadata).is_some() || self.auth.check(&metadata).is_err() {
+        if self.auth.check(&metadata).is_err() {
             return None;
         }
         let ticket = ticket_bytes(message)?;
         let key = CacheTicket::try_decode(&ticket).ok()?.key;
-        let choices = self.routing.choices(&key.to_store_bytes(), None).ok()?;
-        let Some(Route::Forward(peer)) = choices.first() else {
-            return None;
+        let forwarded = forward::forwarded_by(&metadata);
+        let store_key = key.to_store_bytes();
+        let choices = self.routing.choices(&store_key, forwarded.as_ref()).ok()?;
+        let peer = match choices.first()? {
+            Route::Local => return self.serve_stored(&store_key),
+            Route::Forward(_) if forwarded.is_some() => return None,
+            Route::Forward(peer) => peer,
         };
         let timer = self.metrics.rpc("DoGet");
         let mut channel = self.peers.channel(peer).ok()?;
@@ -159,6 +167,70 @@ impl FlightCacheService {
             ended: false,
         };
         Some(http::Response::from_parts(head, Body::new(timed)))
+    }
+}
+
+impl FlightCacheService {
+    /// Answers a DoGet for `key` from this node's store with the entry's stored frames;
+    /// `None` (a miss) hands it to the normal path, which reports the miss or asks the
+    /// second copy.
+    fn serve_stored(&self, key: &Bytes) -> Option<http::Response<Body>> {
+        // Peek first so a miss is counted once, by the normal path.
+        self.store.peek(key)?;
+        let timer = self.metrics.rpc("DoGet");
+        let Some(entry) = self.store.get(key) else {
+            timer.discard();
+            return None;
+        };
+        let mut frames = Vec::with_capacity(entry.wire_messages().len() * 2);
+        for message in entry.wire_messages() {
+            frames.push(message.head().clone());
+            if !message.body().is_empty() {
+                frames.push(message.body().clone());
+            }
+        }
+        let body = StoredFrames {
+            frames: frames.into_iter(),
+            timer: Some(timer),
+        };
+        http::Response::builder()
+            .status(http::StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .body(Body::new(body))
+            .ok()
+    }
+}
+
+/// A DoGet answer from stored frames, then `grpc-status: 0` trailers. Records the RPC
+/// as OK when the trailers are taken (CANCELLED, by the timer's drop, if the client
+/// goes away first).
+struct StoredFrames {
+    frames: std::vec::IntoIter<Bytes>,
+    timer: Option<RpcTimer>,
+}
+
+impl HttpBody for StoredFrames {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Some(frame) = self.frames.next() {
+            return Poll::Ready(Some(Ok(Frame::data(frame))));
+        }
+        let Some(timer) = self.timer.take() else {
+            return Poll::Ready(None);
+        };
+        timer.finish(Code::Ok);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.timer.is_none() && self.frames.len() == 0
     }
 }
 

@@ -14,27 +14,27 @@
 //!
 //! Memory discipline: message bytes are counted as they arrive and the put is refused
 //! with RESOURCE_EXHAUSTED as soon as they pass the max entry size, before the entry is
-//! buffered whole. Each decoded batch is compacted (fresh buffers sized to the data, so a
-//! slice never pins its parent and no gRPC receive buffer stays alive) and its exact
-//! weight is reserved in the store's budget before the next message is read. Commit
-//! installs the entry atomically; any error drops the reservation and stores nothing.
+//! buffered whole. Each received message is reserved in the store's budget while it is
+//! decoded; its batch is then sealed (encoded once into its stored IPC form, an exactly
+//! sized allocation, so a slice never pins its parent and no gRPC receive buffer stays
+//! alive; see `store::wire`), the sealed weight is reserved and the receive buffer's
+//! bytes are released before the next message is read. Commit installs the entry
+//! atomically; any error drops the reservation and stores nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use arrow_array::RecordBatch;
 use arrow_flight::FlightData;
 use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::error::FlightError;
-use arrow_schema::SchemaRef;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tonic::Streaming;
 
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
-use crate::store::{self, Lifetime, Store, batch_weight, compact_batch};
+use crate::store::{self, Lifetime, SealedBatch, SealedEntry, SealedSchema, Store, batch_weight};
 
 /// Options a client may send in the first message's `app_metadata`.
 #[derive(Debug, Default, Deserialize)]
@@ -149,8 +149,8 @@ pub async fn ingest(
         .try_filter(|message| futures::future::ready(!message.data_header.is_empty()));
     let mut decoder = FlightDataDecoder::new(messages);
 
-    let mut schema: Option<SchemaRef> = None;
-    let mut batches: Vec<RecordBatch> = Vec::new();
+    let mut schema: Option<SealedSchema> = None;
+    let mut batches: Vec<SealedBatch> = Vec::new();
     let mut rows = 0u64;
     while let Some(decoded) = decoder.next().await {
         let decoded = match decoded {
@@ -170,26 +170,48 @@ pub async fn ingest(
         match decoded.payload {
             DecodedPayload::None => {}
             DecodedPayload::Schema(next) => match &schema {
-                Some(current) if current.fields() != next.fields() => {
+                Some(current) if current.input().fields() != next.fields() => {
                     return Err(Error::SchemaMismatch {
                         batch: batches.len(),
-                        expected: current.to_string(),
+                        expected: current.input().to_string(),
                         found: next.to_string(),
                     });
                 }
                 Some(_) => {}
-                None => schema = Some(next),
+                None => {
+                    let sealed = SealedSchema::new(next).map_err(|err| {
+                        Error::BadPutStream(format!("the schema cannot be stored: {err}"))
+                    })?;
+                    schema = Some(sealed);
+                }
             },
             DecodedPayload::RecordBatch(batch) => {
-                let compact = compact_batch(&batch).map_err(|err| {
+                // The batch is a view into its receive buffer until it is sealed.
+                let received =
+                    (decoded.inner.data_header.len() + decoded.inner.data_body.len()) as u64;
+                pending
+                    .reserve_transient(received)
+                    .map_err(store_error(&key))?;
+                let Some(sealer) = &schema else {
+                    return Err(Error::BadPutStream(
+                        "a record batch came before the schema".into(),
+                    ));
+                };
+                let sealed = sealer.seal(&batch).map_err(|err| {
                     Error::BadPutStream(format!("batch {}: {err}", batches.len()))
                 })?;
-                drop(batch);
-                pending
-                    .reserve(batch_weight(&compact))
-                    .map_err(store_error(&key))?;
-                rows += compact.num_rows() as u64;
-                batches.push(compact);
+                drop((batch, decoded.inner));
+                let weight = sealed
+                    .iter()
+                    .map(|part| batch_weight(&part.batch) + part.message.head_bytes())
+                    .fold(0, u64::saturating_add);
+                pending.reserve(weight).map_err(store_error(&key))?;
+                pending.release(received);
+                rows += sealed
+                    .iter()
+                    .map(|part| part.batch.num_rows() as u64)
+                    .sum::<u64>();
+                batches.extend(sealed);
             }
         }
     }
@@ -202,7 +224,7 @@ pub async fn ingest(
         ..lifetime
     };
     let outcome = pending
-        .commit_with(schema, batches, lifetime)
+        .commit_sealed(SealedEntry { schema, batches }, lifetime)
         .map_err(store_error(&key))?;
     let ttl = ttl_override.unwrap_or(store.config().ttl);
     tracing::debug!(%key, rows, bytes = outcome.weight_bytes, "stored entry");
@@ -236,6 +258,7 @@ pub fn store_error(key: &CacheKey) -> impl Fn(store::Error) -> Error + '_ {
         store::Error::InvalidatedDuringPut => Error::InvalidatedDuringPut {
             key: key.to_string(),
         },
+        store::Error::Unencodable(reason) => Error::BadPutStream(reason),
         store::Error::InvalidConfig { field, rule } => {
             Error::ConfigRejected(format!("{field} {rule}"))
         }

@@ -14,11 +14,14 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::clock::duration_to_nanos;
+use super::wire::{SealedEntry, WireMessage};
 
 /// One cached result set, visible whole or not at all.
 pub struct Entry {
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
+    /// The schema message, then one message per batch: what a DoGet sends.
+    messages: Vec<WireMessage>,
     total_rows: u64,
     weight_bytes: u64,
     created_at: Duration,
@@ -30,13 +33,20 @@ pub struct Entry {
 impl Entry {
     /// Builds an entry; `weight_bytes` is what the store charges for it.
     pub(crate) fn new(
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
+        sealed: SealedEntry,
         weight_bytes: u64,
         created_at: Duration,
         ttl_override: Option<Duration>,
         expires_at: Duration,
     ) -> Self {
+        let schema = sealed.schema.schema;
+        let mut messages = Vec::with_capacity(sealed.batches.len() + 1);
+        messages.push(sealed.schema.message);
+        let mut batches = Vec::with_capacity(sealed.batches.len());
+        for part in sealed.batches {
+            batches.push(part.batch);
+            messages.push(part.message);
+        }
         let total_rows = batches
             .iter()
             .map(|batch| u64::try_from(batch.num_rows()).unwrap_or(u64::MAX))
@@ -44,6 +54,7 @@ impl Entry {
         Self {
             schema,
             batches,
+            messages,
             total_rows,
             weight_bytes,
             created_at,
@@ -61,6 +72,12 @@ impl Entry {
     /// The record batches in put order. Cloning one is cheap: columns are `Arc`s.
     pub fn batches(&self) -> &[RecordBatch] {
         &self.batches
+    }
+
+    /// The entry as stored IPC messages: the schema message, then one per batch, each
+    /// sharing its body with the batch. A read sends these as they are.
+    pub fn wire_messages(&self) -> &[WireMessage] {
+        &self.messages
     }
 
     /// Rows across all batches.

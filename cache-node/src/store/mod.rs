@@ -45,6 +45,7 @@ mod put;
 mod sketch;
 mod state;
 pub mod weight;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -64,6 +65,7 @@ pub use self::entry::Entry;
 pub use self::put::PendingPut;
 use self::state::Inner;
 pub use self::weight::{batch_weight, compact_batch, entry_weight};
+pub use self::wire::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 
 /// Errors of the store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,6 +99,10 @@ pub enum Error {
     /// data was discarded.
     #[error("put discarded: its key was invalidated while it was being written")]
     InvalidatedDuringPut,
+    /// The batches could not be encoded into their stored IPC form (a batch that does
+    /// not match the schema).
+    #[error("the batches cannot be stored: {0}")]
+    Unencodable(String),
 }
 
 /// The store's result type.

@@ -13,8 +13,8 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
 use super::state::{Inner, NewEntry};
-use super::weight::entry_weight;
-use super::{CommitOutcome, Lifetime, Result, Shared};
+use super::wire::SealedEntry;
+use super::{CommitOutcome, Error, Lifetime, Result, Shared};
 
 /// A put in progress, from [`Store::begin_put`](super::Store::begin_put) until
 /// [`commit`](Self::commit) or drop.
@@ -55,8 +55,9 @@ impl PendingPut {
     /// Grows the reservation by `additional_bytes`, evicting stored entries if needed:
     /// expired ones first (cause `Expired`), then by policy (cause `Size`).
     ///
-    /// Call it per incoming batch with [`batch_weight`](super::weight::batch_weight)
-    /// of the compacted batch, so memory is claimed before it piles up.
+    /// Call it per incoming message with the bytes it holds while it is decoded and
+    /// sealed, so memory is claimed before it piles up; [`release`](Self::release)
+    /// what is freed.
     ///
     /// # Errors
     ///
@@ -72,10 +73,30 @@ impl PendingPut {
     pub fn reserve(&mut self, additional_bytes: u64) -> Result<()> {
         let now = self.shared.clock.now();
         self.shared
-            .with_inner(|inner| inner.reserve(self.put_id, additional_bytes, now))
+            .with_inner(|inner| inner.reserve(self.put_id, additional_bytes, true, now))
     }
 
-    /// Installs the entry: weighs `batches` exactly, adjusts the reservation to that
+    /// Like [`reserve`](Self::reserve) for bytes held only while a message is being
+    /// decoded (its receive buffer): they count against the budget, not against the
+    /// max entry size. [`release`](Self::release) them when they are freed.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](Self::reserve), without `EntryTooLarge`.
+    pub fn reserve_transient(&mut self, bytes: u64) -> Result<()> {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.reserve(self.put_id, bytes, false, now))
+    }
+
+    /// Gives back `bytes` of the reservation (e.g. a receive buffer that was freed),
+    /// never below zero. Nothing happens after the put has failed.
+    pub fn release(&mut self, bytes: u64) {
+        self.shared
+            .with_inner(|inner| inner.shrink_reservation(self.put_id, bytes));
+    }
+
+    /// Installs the entry: seals and weighs `batches` exactly, adjusts the reservation to that
     /// weight (evicting if it exceeds the reservation), makes room under the entry
     /// cap, and replaces any entry under the same key (cause `Replaced`), all at once.
     ///
@@ -115,12 +136,23 @@ impl PendingPut {
         batches: Vec<RecordBatch>,
         lifetime: Lifetime,
     ) -> Result<CommitOutcome> {
+        let sealed = SealedEntry::seal(schema, &batches)
+            .map_err(|err| Error::Unencodable(err.to_string()))?;
+        drop(batches);
+        self.commit_sealed(sealed, lifetime)
+    }
+
+    /// [`commit_with`](Self::commit_with) for batches already sealed as they arrived.
+    ///
+    /// # Errors
+    ///
+    /// As [`commit`](Self::commit).
+    pub fn commit_sealed(self, sealed: SealedEntry, lifetime: Lifetime) -> Result<CommitOutcome> {
         let key_bytes = u64::try_from(self.key.len()).unwrap_or(u64::MAX);
-        let weight = entry_weight(&batches).saturating_add(key_bytes);
+        let weight = sealed.weight().saturating_add(key_bytes);
         let new_entry = NewEntry {
             key_hash: self.key_hash,
-            schema,
-            batches,
+            sealed,
             weight,
             lifetime,
         };

@@ -10,8 +10,6 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
 use super::config::{RemovalCause, StoreConfig, TtlMode};
@@ -19,6 +17,7 @@ use super::entry::Entry;
 use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
 use super::expiry::{ExpiryIndex, compute_deadline};
 use super::sketch::FrequencySketch;
+use super::wire::SealedEntry;
 use super::{CommitOutcome, Error, HandoffEntry, Lifetime, RemovalCounts, Result, StoreStats};
 
 mod reconfigure;
@@ -47,8 +46,7 @@ struct PutState {
 #[derive(Debug)]
 pub(crate) struct NewEntry {
     pub(crate) key_hash: u64,
-    pub(crate) schema: SchemaRef,
-    pub(crate) batches: Vec<RecordBatch>,
+    pub(crate) sealed: SealedEntry,
     pub(crate) weight: u64,
     pub(crate) lifetime: Lifetime,
 }
@@ -215,7 +213,16 @@ impl Inner {
         self.puts.get(&put_id).map_or(0, |put| put.reserved)
     }
 
-    pub(crate) fn reserve(&mut self, put_id: u64, additional: u64, now: Duration) -> Result<()> {
+    /// Grows a put's reservation. `counts_toward_entry` is false for bytes held only
+    /// while a message is decoded (they are not part of the entry's size, so they do
+    /// not count against `max_entry_bytes`, only against the budget).
+    pub(crate) fn reserve(
+        &mut self,
+        put_id: u64,
+        additional: u64,
+        counts_toward_entry: bool,
+        now: Duration,
+    ) -> Result<()> {
         // A put's state lives until its commit or drop, so this is unreachable.
         let Some(put) = self.puts.get(&put_id) else {
             return Err(Error::InvalidatedDuringPut);
@@ -228,7 +235,7 @@ impl Inner {
         }
         let total = put.reserved.saturating_add(additional);
         let max = self.config.max_entry_bytes;
-        if total > max {
+        if counts_toward_entry && total > max {
             return self.abort_put(put_id, Error::EntryTooLarge { size: total, max });
         }
         let reserved_by_others = self.reserved_bytes - put.reserved;
@@ -355,8 +362,7 @@ impl Inner {
             deadline = deadline.min(now.saturating_add(remaining));
         }
         let entry = Entry::new(
-            new.schema,
-            new.batches,
+            new.sealed,
             new.weight,
             created_at,
             lifetime.ttl_override,
@@ -389,6 +395,15 @@ impl Inner {
     }
 
     /// Forgets a put that was dropped without commit, releasing its reservation.
+    /// Shrinks a put's reservation by up to `bytes`.
+    pub(crate) fn shrink_reservation(&mut self, put_id: u64, bytes: u64) {
+        if let Some(put) = self.puts.get_mut(&put_id) {
+            let released = bytes.min(put.reserved);
+            put.reserved -= released;
+            self.reserved_bytes -= released;
+        }
+    }
+
     pub(crate) fn release_put(&mut self, put_id: u64) {
         if let Some(put) = self.puts.remove(&put_id) {
             self.reserved_bytes -= put.reserved;

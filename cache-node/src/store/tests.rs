@@ -43,9 +43,11 @@ fn batch(first: i64, rows: usize) -> RecordBatch {
     RecordBatch::try_from_iter([("v", values)]).unwrap()
 }
 
-/// The weight the store charges for `key` holding `batches`.
+/// The weight the store charges for `key` holding `batches` (one schema, at least one
+/// batch): the stored form's weight plus the key.
 fn weight_of(name: &str, batches: &[RecordBatch]) -> u64 {
-    entry_weight(batches) + name.len() as u64
+    let sealed = SealedEntry::seal(batches[0].schema(), batches).unwrap();
+    sealed.weight() + name.len() as u64
 }
 
 /// Puts one batch of `rows` rows the way the Flight layer will: reserve per batch,
@@ -100,16 +102,23 @@ fn get_returns_the_committed_entry_without_copying() {
     assert_eq!(entry.expires_at(), 65 * SECOND);
     assert_eq!(entry.ttl_override(), None);
     assert_eq!(entry.hits(), 1);
+    assert_eq!(entry.batches()[0], first);
+    // The stored batch is a view into its stored IPC body, and every read shares both.
     let stored = entry.batches()[0].column(0).to_data().buffers()[0].data_ptr();
-    let original = first.column(0).to_data().buffers()[0].data_ptr();
-    assert_eq!(stored, original, "reads share the Arrow buffers");
+    let body = entry.wire_messages()[1].body().as_ptr_range();
+    assert!(
+        body.contains(&stored.as_ptr().cast_const()),
+        "the batch lives in its body"
+    );
+    let again = store.get(b"q").unwrap();
+    assert!(Arc::ptr_eq(&entry, &again), "reads share the entry");
 
     let stats = store.stats();
     assert_eq!(
         (stats.entries, stats.used_bytes, stats.reserved_bytes),
         (1, expected_weight, 0)
     );
-    assert_eq!((stats.hits, stats.misses, stats.inserts), (1, 0, 1));
+    assert_eq!((stats.hits, stats.misses, stats.inserts), (2, 0, 1));
     store.check_invariants();
 }
 

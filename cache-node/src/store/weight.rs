@@ -11,8 +11,11 @@
 //! * Buffers shared between columns or batches (the same array used twice, or IPC
 //!   decoding that slices many columns out of one receive buffer) are counted once.
 //!
-//! The Flight layer calls [`compact_batch`] on every incoming batch, then reserves
-//! [`batch_weight`] of the result; the store computes [`entry_weight`] at commit.
+//! Stored batches are sealed (`store::wire`): each is a view into one exactly sized IPC
+//! body, so its weight is that body. The Flight layer reserves [`batch_weight`] of each
+//! sealed batch as it arrives; the store computes the entry's weight at commit.
+//! [`compact_batch`] is the copy-based alternative for callers that keep batches
+//! without a stored IPC form.
 //! Pure CPU work, no I/O.
 
 use std::collections::HashSet;

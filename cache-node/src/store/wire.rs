@@ -1,0 +1,422 @@
+//! The wire form of an entry: its Arrow IPC messages encoded once, when the entry is
+//! put, and kept as the gRPC frames a DoGet sends.
+//!
+//! Sealing a batch encodes it as Flight IPC messages (dictionaries hydrated, messages
+//! kept under the Flight size cap) into one exactly sized body allocation per message,
+//! then decodes the batch back from that body without copying. The stored batch and the
+//! stored message share that memory, so an entry holds its Arrow data once, compact (a
+//! slice never pins its parent, no network receive buffer stays alive), and a read
+//! sends the stored bytes as they are: no IPC encoding and no copy into a message
+//! buffer per read (docs/benchmarks.md).
+//!
+//! A message's gRPC frame is `head ++ body`: `head` holds the 5-byte gRPC prefix and
+//! the protobuf `FlightData` fields up to the body (`data_header`, then the key and
+//! length of `data_body`); `body` is the IPC body itself. Pure CPU work, no I/O.
+
+use std::collections::HashMap;
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use arrow_flight::FlightData;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_ipc::writer::IpcWriteOptions;
+use arrow_ipc::{MetadataVersion, reader, root_as_message};
+use arrow_schema::{ArrowError, SchemaRef};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{FutureExt, StreamExt};
+
+/// Largest IPC body of one message; a batch above it is split into several messages.
+/// Below gRPC's default 4 MiB message limit, so any client reads it unconfigured.
+pub const MAX_MESSAGE_BODY_BYTES: usize = 2 << 20;
+
+/// Alignment of each buffer inside an IPC body: enough for every Arrow native type
+/// (`i128`, `i256` read at 16), so decoding from the body never copies, with at most
+/// 15 bytes of padding per buffer.
+const BODY_ALIGNMENT: usize = 16;
+
+/// Protobuf field numbers of `arrow.flight.protocol.FlightData`.
+const DATA_HEADER_FIELD: u64 = 2;
+const DATA_BODY_FIELD: u64 = 1000;
+
+/// One stored IPC message as a gRPC frame: `head ++ body`.
+#[derive(Debug, Clone)]
+pub struct WireMessage {
+    head: Bytes,
+    /// Where the IPC `data_header` lies inside `head`.
+    header: std::ops::Range<usize>,
+    body: Bytes,
+}
+
+impl WireMessage {
+    fn new(message: &FlightData) -> Self {
+        let header_len = message.data_header.len();
+        let body_len = message.data_body.len();
+        let header_field = field_len(DATA_HEADER_FIELD, header_len);
+        let body_field = if body_len > 0 {
+            field_len(DATA_BODY_FIELD, body_len)
+        } else {
+            0
+        };
+        let body_prefix = body_field - body_len;
+        let mut head = BytesMut::with_capacity(5 + header_field + body_prefix);
+        head.put_u8(0); // not compressed
+        // A message is at most a few MiB (MAX_MESSAGE_BODY_BYTES), far below u32::MAX.
+        head.put_u32(u32::try_from(header_field + body_field).unwrap_or(u32::MAX));
+        put_varint(&mut head, DATA_HEADER_FIELD << 3 | 2);
+        put_varint(&mut head, header_len as u64);
+        let header_start = head.len();
+        head.extend_from_slice(&message.data_header);
+        let header = header_start..head.len();
+        if body_len > 0 {
+            put_varint(&mut head, DATA_BODY_FIELD << 3 | 2);
+            put_varint(&mut head, body_len as u64);
+        }
+        Self {
+            head: head.freeze(),
+            header,
+            body: message.data_body.clone(),
+        }
+    }
+
+    /// The gRPC frame's bytes up to the body.
+    pub fn head(&self) -> &Bytes {
+        &self.head
+    }
+
+    /// The IPC body (the Arrow buffers), shared with the decoded batch.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Bytes held beside the body: the frame head, which holds the IPC header.
+    pub fn head_bytes(&self) -> u64 {
+        self.head.len() as u64
+    }
+
+    /// The message as `FlightData`, sharing its bytes.
+    pub fn to_flight_data(&self) -> FlightData {
+        FlightData {
+            data_header: self.head.slice(self.header.clone()),
+            data_body: self.body.clone(),
+            ..FlightData::default()
+        }
+    }
+}
+
+/// A batch decoded from its own stored message: the two share the body's memory.
+#[derive(Debug, Clone)]
+pub struct SealedBatch {
+    /// The batch, its buffers slices of `message.body()`.
+    pub batch: RecordBatch,
+    /// The IPC message it was decoded from.
+    pub message: WireMessage,
+}
+
+/// The schema an entry is stored and served with, and its IPC schema message.
+#[derive(Debug, Clone)]
+pub struct SealedSchema {
+    /// The schema clients receive: dictionary columns hydrated to their value type.
+    pub schema: SchemaRef,
+    /// The IPC schema message, the first message of a DoGet.
+    pub message: WireMessage,
+    input: SchemaRef,
+}
+
+impl SealedSchema {
+    /// Prepares the schema of an entry whose batches arrive with `input`.
+    ///
+    /// # Errors
+    /// The Arrow error if the schema cannot be encoded.
+    pub fn new(input: SchemaRef) -> Result<Self, ArrowError> {
+        let encoder = encoder(&input, futures::stream::empty().boxed());
+        let schema = encoder
+            .known_schema()
+            .ok_or_else(|| ArrowError::IpcError("the encoder lost the schema".into()))?;
+        let messages = drain(encoder)?;
+        let first = messages
+            .first()
+            .ok_or_else(|| ArrowError::IpcError("no schema message was encoded".into()))?;
+        Ok(Self {
+            schema,
+            message: WireMessage::new(first),
+            input,
+        })
+    }
+
+    /// Encodes `batch` (of the input schema) into one message per ≤ 2 MiB part and
+    /// decodes each part back from its message.
+    ///
+    /// # Errors
+    /// The Arrow error if the batch does not match the schema or cannot be encoded.
+    pub fn seal(&self, batch: &RecordBatch) -> Result<Vec<SealedBatch>, ArrowError> {
+        // Split by the bytes the rows use. (The encoder's own split counts whole
+        // allocations, which for a slice, or a batch decoded from a network buffer, is
+        // the parent's size and would cut it into needless pieces.)
+        let used: usize = batch
+            .columns()
+            .iter()
+            .map(|column| column.to_data().get_slice_memory_size())
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .sum();
+        let parts = used
+            .div_ceil(MAX_MESSAGE_BODY_BYTES)
+            .clamp(1, batch.num_rows().max(1));
+        let rows_per_part = batch.num_rows().div_ceil(parts).max(1);
+        let mut sealed = Vec::with_capacity(parts);
+        let mut offset = 0;
+        loop {
+            let rows = rows_per_part.min(batch.num_rows() - offset);
+            let part = batch.slice(offset, rows);
+            let source = futures::stream::iter([Ok(part)]).boxed();
+            let messages = drain(encoder(&self.input, source))?;
+            // The first message is the schema again (the encoder repeats it per stream).
+            for message in messages.into_iter().skip(1) {
+                sealed.push(self.decode(message)?);
+            }
+            offset += rows;
+            if offset >= batch.num_rows() {
+                return Ok(sealed);
+            }
+        }
+    }
+
+    /// The schema the batches arrive with (before dictionaries are hydrated).
+    pub fn input(&self) -> &SchemaRef {
+        &self.input
+    }
+
+    fn decode(&self, message: FlightData) -> Result<SealedBatch, ArrowError> {
+        let body = exact(message.data_body.clone());
+        let message = FlightData {
+            data_body: body.clone(),
+            ..message
+        };
+        let ipc = root_as_message(&message.data_header)
+            .map_err(|err| ArrowError::IpcError(format!("unreadable IPC header: {err}")))?;
+        let header = ipc.header_as_record_batch().ok_or_else(|| {
+            ArrowError::IpcError("the encoder produced a message that is not a batch".into())
+        })?;
+        let batch = reader::read_record_batch(
+            &Buffer::from(body),
+            header,
+            self.schema.clone(),
+            &HashMap::new(),
+            None,
+            &ipc.version(),
+        )?;
+        Ok(SealedBatch {
+            batch,
+            message: WireMessage::new(&message),
+        })
+    }
+}
+
+/// An entry's data, sealed: the schema message and every batch with its message.
+#[derive(Debug, Clone)]
+pub struct SealedEntry {
+    /// The stored schema and its message.
+    pub schema: SealedSchema,
+    /// The batches in put order.
+    pub batches: Vec<SealedBatch>,
+}
+
+impl SealedEntry {
+    /// Seals `batches` of `schema` (for callers holding whole batches, e.g. tests and
+    /// fills; a DoPut seals each batch as it arrives).
+    ///
+    /// # Errors
+    /// The Arrow error if a batch does not match the schema or cannot be encoded.
+    pub fn seal(schema: SchemaRef, batches: &[RecordBatch]) -> Result<Self, ArrowError> {
+        let schema = SealedSchema::new(schema)?;
+        let mut sealed = Vec::with_capacity(batches.len());
+        for batch in batches {
+            sealed.extend(schema.seal(batch)?);
+        }
+        Ok(Self {
+            schema,
+            batches: sealed,
+        })
+    }
+
+    /// Bytes the entry holds besides its key: the distinct Arrow allocations (the
+    /// bodies, see [`entry_weight`](super::weight::entry_weight)) plus every frame head.
+    pub fn weight(&self) -> u64 {
+        let batches: Vec<RecordBatch> = self.batches.iter().map(|b| b.batch.clone()).collect();
+        self.batches
+            .iter()
+            .map(|batch| batch.message.head_bytes())
+            .fold(
+                super::weight::entry_weight(&batches)
+                    .saturating_add(self.schema.message.head_bytes()),
+                u64::saturating_add,
+            )
+    }
+}
+
+fn encoder(
+    schema: &SchemaRef,
+    source: futures::stream::BoxStream<'static, arrow_flight::error::Result<RecordBatch>>,
+) -> arrow_flight::encode::FlightDataEncoder {
+    let options =
+        IpcWriteOptions::try_new(BODY_ALIGNMENT, false, MetadataVersion::V5).unwrap_or_default();
+    FlightDataEncoderBuilder::new()
+        .with_schema(schema.clone())
+        .with_options(options)
+        // `seal` has split the batch already.
+        .with_max_flight_data_size(usize::MAX)
+        .build(source)
+}
+
+/// Runs an encoder over an in-memory source (it never waits) to the end.
+fn drain(encoder: arrow_flight::encode::FlightDataEncoder) -> Result<Vec<FlightData>, ArrowError> {
+    let messages = encoder
+        .collect::<Vec<_>>()
+        .now_or_never()
+        .ok_or_else(|| ArrowError::IpcError("the IPC encoder did not finish".into()))?;
+    messages
+        .into_iter()
+        .map(|message| message.map_err(|err| ArrowError::IpcError(err.to_string())))
+        .collect()
+}
+
+/// The same bytes in an allocation of exactly their length (the encoder's buffer may
+/// have grown past it), so what the entry is charged is what it holds.
+fn exact(bytes: Bytes) -> Bytes {
+    let mut owned = Vec::from(bytes);
+    owned.shrink_to_fit();
+    Bytes::from(owned)
+}
+
+/// Encoded length of a length-delimited protobuf field.
+fn field_len(field: u64, len: usize) -> usize {
+    varint_len(field << 3 | 2) + varint_len(len as u64) + len
+}
+
+fn varint_len(mut value: u64) -> usize {
+    let mut len = 1;
+    while value >= 0x80 {
+        value >>= 7;
+        len += 1;
+    }
+    len
+}
+
+fn put_varint(buf: &mut BytesMut, mut value: u64) {
+    while value >= 0x80 {
+        buf.put_u8((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    buf.put_u8(value as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, DictionaryArray, Int64Array, StringArray, types::Int32Type};
+    use arrow_schema::{DataType, Field, Schema};
+    use bytes::Buf;
+
+    use super::*;
+    use crate::store::weight::batch_weight;
+
+    fn table(rows: i64) -> RecordBatch {
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows));
+        let names: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("name-{i}")),
+        ));
+        RecordBatch::try_from_iter([("id", ids), ("name", names)]).unwrap()
+    }
+
+    /// Decodes a gRPC frame with the arrow-flight (prost) types, as a client does.
+    fn decode_frame(message: &WireMessage) -> FlightData {
+        let mut frame = BytesMut::new();
+        frame.extend_from_slice(message.head());
+        frame.extend_from_slice(message.body());
+        let mut frame = frame.freeze();
+        assert_eq!(frame.get_u8(), 0);
+        let len = frame.get_u32() as usize;
+        assert_eq!(frame.remaining(), len);
+        <FlightData as prost::Message>::decode(frame).unwrap()
+    }
+
+    #[test]
+    fn a_sealed_batch_round_trips_and_its_frame_is_valid_flight_data() {
+        let sealed_schema = SealedSchema::new(table(1).schema()).unwrap();
+        let batch = table(1_000);
+        let sealed = sealed_schema.seal(&batch).unwrap();
+        assert_eq!(sealed.len(), 1);
+        assert_eq!(sealed[0].batch, batch);
+        let decoded = decode_frame(&sealed[0].message);
+        assert_eq!(decoded.data_body, sealed[0].message.body());
+        assert_eq!(decoded, sealed[0].message.to_flight_data());
+        let schema = decode_frame(&sealed_schema.message);
+        assert!(schema.data_body.is_empty());
+        let read = arrow_flight::utils::flight_data_to_batches(&[schema, decoded]).unwrap();
+        assert_eq!(read, vec![batch]);
+    }
+
+    #[test]
+    fn the_batch_shares_its_body_so_the_weight_is_the_body() {
+        let sealed_schema = SealedSchema::new(table(1).schema()).unwrap();
+        let parent = table(100_000);
+        let slice = parent.slice(10, 5);
+        let sealed = sealed_schema.seal(&slice).unwrap();
+        assert_eq!(sealed.len(), 1);
+        let body = sealed[0].message.body().len() as u64;
+        assert_eq!(
+            batch_weight(&sealed[0].batch),
+            crate::store::weight::BATCH_OVERHEAD_BYTES + body
+        );
+        // Five rows of two columns: well under a kilobyte, not the parent's megabytes.
+        assert!(body < 1_024, "{body}");
+        assert_eq!(sealed[0].batch, slice);
+    }
+
+    #[test]
+    fn a_batch_over_the_message_cap_is_split() {
+        let sealed_schema = SealedSchema::new(table(1).schema()).unwrap();
+        let batch = table(400_000);
+        let sealed = sealed_schema.seal(&batch).unwrap();
+        assert!(sealed.len() > 1, "{}", sealed.len());
+        for part in &sealed {
+            assert!(part.message.body().len() <= MAX_MESSAGE_BODY_BYTES + (1 << 16));
+        }
+        let rows: usize = sealed.iter().map(|part| part.batch.num_rows()).sum();
+        assert_eq!(rows, 400_000);
+        let parts: Vec<_> = sealed.iter().map(|part| part.batch.clone()).collect();
+        let joined = arrow_select::concat::concat_batches(&batch.schema(), &parts).unwrap();
+        assert_eq!(joined, batch);
+    }
+
+    #[test]
+    fn dictionary_columns_are_stored_hydrated() {
+        let dictionary: DictionaryArray<Int32Type> = vec!["a", "b", "a"].into_iter().collect();
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "tag",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            false,
+        )]));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(dictionary) as ArrayRef]).unwrap();
+        let sealed_schema = SealedSchema::new(schema).unwrap();
+        assert_eq!(sealed_schema.schema.field(0).data_type(), &DataType::Utf8);
+        let sealed = sealed_schema.seal(&batch).unwrap();
+        let tags = sealed[0]
+            .batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(tags.iter().flatten().collect::<Vec<_>>(), ["a", "b", "a"]);
+    }
+
+    #[test]
+    fn a_batch_of_another_schema_is_refused() {
+        let sealed_schema = SealedSchema::new(table(1).schema()).unwrap();
+        let other: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let other = RecordBatch::try_from_iter([("x", other)]).unwrap();
+        assert!(sealed_schema.seal(&other).is_err());
+    }
+}
