@@ -399,6 +399,9 @@ def _worker(kind, port, op, key, seconds, warmup, barrier, queue):
         barrier.wait(timeout=60)
         count = 0
         start = time.perf_counter()
+        # CPU of this client process (all its threads, gRPC's included): the client's
+        # own cost per call, a ceiling on calls/s no server can lift.
+        cpu_start = time.process_time()
         deadline = start + seconds
         while True:
             fn()
@@ -406,9 +409,10 @@ def _worker(kind, port, op, key, seconds, warmup, barrier, queue):
             if time.perf_counter() >= deadline:
                 break
         elapsed = time.perf_counter() - start
-        queue.put(("ok", count, count * nbytes_per, elapsed))
+        cpu = time.process_time() - cpu_start
+        queue.put(("ok", count, count * nbytes_per, elapsed, cpu))
     except Exception as e:  # reported to the parent
-        queue.put(("error", repr(e), 0, 0.0))
+        queue.put(("error", repr(e), 0, 0.0, 0.0))
 
 
 def run_workers(kind, port, op, key, clients, seconds, settings: Settings):
@@ -436,7 +440,8 @@ def run_workers(kind, port, op, key, clients, seconds, settings: Settings):
         raise RuntimeError(f"{kind} {op} worker failed: {errors[0]}")
     calls_per_s = sum(r[1] / r[3] for r in results)
     bytes_per_s = sum(r[2] / r[3] for r in results)
-    return calls_per_s, bytes_per_s
+    client_cpu_per_call = sum(r[4] for r in results) / max(1, sum(r[1] for r in results))
+    return calls_per_s, bytes_per_s, client_cpu_per_call
 
 
 def measure_throughput(ports: dict, settings: Settings, log) -> dict:
@@ -646,6 +651,16 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
                     summary.append((f"tiny calls/s, {clients} client{plural} ≥ 3× pyarrow",
                                     f"{row[NODE][0]:,.0f} vs {row[PYARROW][0]:,.0f} ({ratio:.2f}×)", v))
             L.append("| " + " | ".join([name] + vals + extra) + " |")
+            if op == "tiny":
+                # What the client processes themselves burn per call, and the calls/s
+                # they could make if the server answered in zero time on this machine.
+                cores = os.cpu_count() or 1
+                cpu = [f"{row[k][2] * 1e6:,.0f}" for k in kinds]
+                L.append("| " + " | ".join([f"client CPU µs per call, {clients} client{plural}"] + cpu
+                                            + (["—", "—"] if both else [])) + " |")
+                ceiling = [f"{min(clients, cores) / row[k][2]:,.0f}" if row[k][2] > 0 else "—" for k in kinds]
+                L.append("| " + " | ".join([f"client-bound ceiling calls/s, {clients} client{plural}"] + ceiling
+                                            + (["—", "—"] if both else [])) + " |")
         L.append("")
 
     if mem:

@@ -25,9 +25,15 @@ use arrow_schema::{ArrowError, SchemaRef};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
 
-/// Largest IPC body of one message; a batch above it is split into several messages.
-/// Below gRPC's default 4 MiB message limit, so any client reads it unconfigured.
-pub const MAX_MESSAGE_BODY_BYTES: usize = 2 << 20;
+/// gRPC's default limit on a received message (tonic, grpc-go, grpc-java clients).
+pub const GRPC_DEFAULT_MESSAGE_LIMIT: usize = 4 << 20;
+
+/// Largest IPC message (header and body) the node stores and sends; a batch above it
+/// is split into several. Just below gRPC's default 4 MiB message limit, so any client
+/// reads every message unconfigured, and as large as that allows: a result in fewer
+/// messages reads faster (the pyarrow client pays about a millisecond per extra message
+/// of a stream, see docs/benchmarks.md).
+pub const MAX_MESSAGE_BODY_BYTES: usize = GRPC_DEFAULT_MESSAGE_LIMIT - (64 << 10);
 
 /// Alignment of each buffer inside an IPC body: enough for every Arrow native type
 /// (`i128`, `i256` read at 16), so decoding from the body never copies, with at most
@@ -143,7 +149,8 @@ impl SealedSchema {
         })
     }
 
-    /// Encodes `batch` (of the input schema) into one message per ≤ 2 MiB part and
+    /// Encodes `batch` (of the input schema) into one message per part of at most
+    /// [`MAX_MESSAGE_BODY_BYTES`] and
     /// decodes each part back from its message.
     ///
     /// # Errors
@@ -163,22 +170,36 @@ impl SealedSchema {
             .div_ceil(MAX_MESSAGE_BODY_BYTES)
             .clamp(1, batch.num_rows().max(1));
         let rows_per_part = batch.num_rows().div_ceil(parts).max(1);
+        // Parts still to encode as (offset, rows), the next one last.
+        let mut pending = Vec::with_capacity(parts);
+        let mut offset = batch.num_rows();
+        while offset > 0 {
+            let start = (offset - 1) / rows_per_part * rows_per_part;
+            pending.push((start, offset - start));
+            offset = start;
+        }
+        if pending.is_empty() {
+            pending.push((0, 0));
+        }
         let mut sealed = Vec::with_capacity(parts);
-        let mut offset = 0;
-        loop {
-            let rows = rows_per_part.min(batch.num_rows() - offset);
-            let part = batch.slice(offset, rows);
-            let source = futures::stream::iter([Ok(part)]).boxed();
+        while let Some((offset, rows)) = pending.pop() {
+            let source = futures::stream::iter([Ok(batch.slice(offset, rows))]).boxed();
             let messages = drain(encoder(&self.input, source))?;
             // The first message is the schema again (the encoder repeats it per stream).
-            for message in messages.into_iter().skip(1) {
-                sealed.push(self.decode(message)?);
+            let message = messages.into_iter().nth(1).ok_or_else(|| {
+                ArrowError::IpcError("the encoder produced no batch message".into())
+            })?;
+            let size = message.data_header.len() + message.data_body.len();
+            if size > MAX_MESSAGE_BODY_BYTES && rows > 1 {
+                // The estimate was short (padding, a wide header): halve the part.
+                let half = rows / 2;
+                pending.push((offset + half, rows - half));
+                pending.push((offset, half));
+                continue;
             }
-            offset += rows;
-            if offset >= batch.num_rows() {
-                return Ok(sealed);
-            }
+            sealed.push(self.decode(message)?);
         }
+        Ok(sealed)
     }
 
     /// The schema the batches arrive with (before dictionaries are hydrated).
@@ -377,14 +398,15 @@ mod tests {
     #[test]
     fn a_batch_over_the_message_cap_is_split() {
         let sealed_schema = SealedSchema::new(table(1).schema()).unwrap();
-        let batch = table(400_000);
+        let batch = table(700_000);
         let sealed = sealed_schema.seal(&batch).unwrap();
         assert!(sealed.len() > 1, "{}", sealed.len());
         for part in &sealed {
-            assert!(part.message.body().len() <= MAX_MESSAGE_BODY_BYTES + (1 << 16));
+            let frame = part.message.head().len() + part.message.body().len();
+            assert!(frame - 5 <= GRPC_DEFAULT_MESSAGE_LIMIT, "{frame}");
         }
         let rows: usize = sealed.iter().map(|part| part.batch.num_rows()).sum();
-        assert_eq!(rows, 400_000);
+        assert_eq!(rows, 700_000);
         let parts: Vec<_> = sealed.iter().map(|part| part.batch.clone()).collect();
         let joined = arrow_select::concat::concat_batches(&batch.schema(), &parts).unwrap();
         assert_eq!(joined, batch);
