@@ -320,6 +320,12 @@ def rss_bytes(pid: int) -> int:
 @dataclass
 class Samples:
     ns: list[int] = field(default_factory=list)
+    # CPU the client process (all threads, gRPC's included) spent per call, ns.
+    cpu_ns: list[int] = field(default_factory=list)
+
+    def cpu_median_us(self) -> float:
+        data = sorted(self.cpu_ns)
+        return data[len(data) // 2] / 1000.0 if data else 0.0
 
     def p(self, q: float) -> float:
         """Percentile q (0..100) in microseconds, nearest-rank."""
@@ -328,16 +334,19 @@ class Samples:
         return data[idx] / 1000.0
 
 
-def timed(fn, out: list[int], seconds: float, max_iters: int, min_iters: int, hard_seconds: float) -> None:
-    """Appends the duration (ns) of fn() calls to out: about `seconds` of calls, at least
-    min_iters of them unless hard_seconds run out first, never more than max_iters."""
+def timed(fn, out: "Samples", seconds: float, max_iters: int, min_iters: int, hard_seconds: float) -> None:
+    """Appends the duration (ns) and client CPU (ns) of fn() calls to out: about `seconds`
+    of calls, at least min_iters of them unless hard_seconds run out first, never more
+    than max_iters."""
     start = time.perf_counter()
     soft, hard = start + seconds, start + max(seconds, hard_seconds)
     n = 0
     while n < max_iters:
+        c0 = time.process_time_ns()
         t0 = time.perf_counter_ns()
         fn()
-        out.append(time.perf_counter_ns() - t0)
+        out.ns.append(time.perf_counter_ns() - t0)
+        out.cpu_ns.append(time.process_time_ns() - c0)
         n += 1
         now = time.perf_counter()
         if now >= hard or (now >= soft and n >= min_iters):
@@ -374,7 +383,7 @@ def measure_latency(systems: dict, tables: dict, settings: Settings, log) -> dic
             for r in range(rounds):
                 order = op_kinds[r % len(op_kinds):] + op_kinds[: r % len(op_kinds)]
                 for k in order:
-                    timed(fns[k], cell[k].ns, settings.cell_seconds / rounds, settings.cell_max_iters // rounds,
+                    timed(fns[k], cell[k], settings.cell_seconds / rounds, settings.cell_max_iters // rounds,
                           -(-settings.cell_min_iters // rounds), settings.cell_hard_seconds / rounds)
             for k in op_kinds:
                 results[op].setdefault(shape, {})[k] = cell[k]
@@ -625,6 +634,21 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
                     else:
                         row.append(f"— ({n / r:.2f}×)")
             L.append("| " + " | ".join(row) + " |")
+        L.append("")
+
+    if lat and both and "hit" in lat:
+        # The client's own CPU per hit bounds how fast any server can look: a server that
+        # answered in zero time would still leave the client this much work per call.
+        L.append("Client CPU per hit: median CPU time of the client process (all its threads, gRPC's included) per")
+        L.append("DoGet + read_all, from the latency runs above. `floor / pyarrow p50` is that CPU for the node's answer")
+        L.append("over the pyarrow server's p50: above 0.67 the 0.67× target cannot be met by any server with this client.")
+        L.append("")
+        L.append("| shape | client CPU µs, node hit | client CPU µs, pyarrow hit | floor / pyarrow p50 |")
+        L.append("|---|---|---|---|")
+        for shape in SHAPES:
+            n_cell, p_cell = lat["hit"][shape][NODE], lat["hit"][shape][PYARROW]
+            floor = n_cell.cpu_median_us() / p_cell.p(50) if p_cell.p(50) else 0.0
+            L.append(f"| {shape_name(shape)} | {us(n_cell.cpu_median_us())} | {us(p_cell.cpu_median_us())} | {floor:.2f} |")
         L.append("")
 
     if thr:

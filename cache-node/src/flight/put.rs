@@ -26,14 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow_flight::FlightData;
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
-use arrow_flight::error::FlightError;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tonic::Streaming;
 
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
+use crate::store::wire::{Intake, Received};
 use crate::store::{self, Lifetime, SealedBatch, SealedEntry, SealedSchema, Store, batch_weight};
 
 /// Options a client may send in the first message's `app_metadata`.
@@ -130,46 +129,55 @@ pub async fn ingest(
     // past the limit instead of after it has been buffered whole.
     let received = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&received);
-    let messages = futures::stream::once(async { Ok(first) })
+    let mut messages = futures::stream::iter([Ok(first)])
         .chain(input)
-        .map_err(FlightError::from)
+        .map_err(|status| {
+            Error::BadPutStream(format!("the client stream failed: {}", status.message()))
+        })
         .and_then(move |message: FlightData| {
             let size = (message.data_body.len() + message.data_header.len()) as u64;
             let total = counter.fetch_add(size, Ordering::Relaxed) + size;
             futures::future::ready(if total > max_entry_bytes {
-                Err(FlightError::ExternalError(Box::new(Error::EntryTooLarge {
+                Err(Error::EntryTooLarge {
                     size: total,
                     max: max_entry_bytes,
-                })))
+                })
             } else {
                 Ok(message)
             })
         })
         // A message without an IPC header carries only a descriptor or app_metadata.
         .try_filter(|message| futures::future::ready(!message.data_header.is_empty()));
-    let mut decoder = FlightDataDecoder::new(messages);
 
-    let mut schema: Option<SealedSchema> = None;
+    let mut intake = Intake::default();
     let mut batches: Vec<SealedBatch> = Vec::new();
     let mut rows = 0u64;
-    while let Some(decoded) = decoder.next().await {
-        let decoded = match decoded {
-            Ok(decoded) => decoded,
+    while let Some(message) = messages.next().await {
+        let message = match message {
+            Ok(message) => message,
             Err(err) => {
-                let err = decode_error(err);
                 if matches!(err, Error::EntryTooLarge { .. }) {
                     pending.reject();
                 }
                 return Err(err);
             }
         };
-        if !options_seen && batches.is_empty() && !decoded.inner.app_metadata.is_empty() {
+        if !options_seen && batches.is_empty() && !message.app_metadata.is_empty() {
             options_seen = true;
-            ttl_override = parse_options(&decoded.inner.app_metadata)?.or(ttl_override);
+            ttl_override = parse_options(&message.app_metadata)?.or(ttl_override);
         }
-        match decoded.payload {
-            DecodedPayload::None => {}
-            DecodedPayload::Schema(next) => match &schema {
+        // The message sits in its receive buffer until it has been read and sealed.
+        let received = (message.data_header.len() + message.data_body.len()) as u64;
+        pending
+            .reserve_transient(received)
+            .map_err(store_error(&key))?;
+        let outcome = intake
+            .receive(&message)
+            .map_err(|err| Error::BadPutStream(format!("message {}: {err}", batches.len())))?;
+        drop(message);
+        match outcome {
+            Received::Dictionary => {}
+            Received::Schema(next) => match intake.schema() {
                 Some(current) if current.input().fields() != next.fields() => {
                     return Err(Error::SchemaMismatch {
                         batch: batches.len(),
@@ -179,34 +187,18 @@ pub async fn ingest(
                 }
                 Some(_) => {}
                 None => {
-                    let sealed = SealedSchema::new(next).map_err(|err| {
+                    let sealed = SealedSchema::new(Arc::new(next)).map_err(|err| {
                         Error::BadPutStream(format!("the schema cannot be stored: {err}"))
                     })?;
-                    schema = Some(sealed);
+                    intake.set_schema(sealed);
                 }
             },
-            DecodedPayload::RecordBatch(batch) => {
-                // The batch is a view into its receive buffer until it is sealed.
-                let received =
-                    (decoded.inner.data_header.len() + decoded.inner.data_body.len()) as u64;
-                pending
-                    .reserve_transient(received)
-                    .map_err(store_error(&key))?;
-                let Some(sealer) = &schema else {
-                    return Err(Error::BadPutStream(
-                        "a record batch came before the schema".into(),
-                    ));
-                };
-                let sealed = sealer.seal(&batch).map_err(|err| {
-                    Error::BadPutStream(format!("batch {}: {err}", batches.len()))
-                })?;
-                drop((batch, decoded.inner));
+            Received::Batches(sealed) => {
                 let weight = sealed
                     .iter()
                     .map(|part| batch_weight(&part.batch) + part.message.head_bytes())
                     .fold(0, u64::saturating_add);
                 pending.reserve(weight).map_err(store_error(&key))?;
-                pending.release(received);
                 rows += sealed
                     .iter()
                     .map(|part| part.batch.num_rows() as u64)
@@ -214,8 +206,9 @@ pub async fn ingest(
                 batches.extend(sealed);
             }
         }
+        pending.release(received);
     }
-    let schema = schema.ok_or_else(|| {
+    let schema = intake.into_schema().ok_or_else(|| {
         Error::BadPutStream("the stream carried no schema; a DoPut needs at least a schema".into())
     })?;
     let batch_count = batches.len() as u64;
@@ -235,19 +228,6 @@ pub async fn ingest(
         ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         kept_existing: outcome.kept_existing,
     })
-}
-
-fn decode_error(err: FlightError) -> Error {
-    match err {
-        FlightError::ExternalError(inner) => match inner.downcast::<Error>() {
-            Ok(ours) => *ours,
-            Err(other) => Error::BadPutStream(other.to_string()),
-        },
-        FlightError::Tonic(status) => {
-            Error::BadPutStream(format!("the client stream failed: {}", status.message()))
-        }
-        other => Error::BadPutStream(other.to_string()),
-    }
 }
 
 /// Maps a store refusal to the node error for `key`.

@@ -15,13 +15,14 @@
 
 use std::collections::HashMap;
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_flight::FlightData;
 use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_ipc::convert::try_schema_from_flatbuffer_bytes;
 use arrow_ipc::writer::IpcWriteOptions;
-use arrow_ipc::{MetadataVersion, reader, root_as_message};
-use arrow_schema::{ArrowError, SchemaRef};
+use arrow_ipc::{MessageHeader, MetadataVersion, reader, root_as_message};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
 
@@ -207,17 +208,49 @@ impl SealedSchema {
         &self.input
     }
 
-    fn decode(&self, message: FlightData) -> Result<SealedBatch, ArrowError> {
-        let body = exact(message.data_body.clone());
+    /// Keeps a received batch message as it came, when it can be served as it is: an
+    /// uncompressed record batch of a schema without dictionaries, within the message
+    /// size cap. Its body is copied once into an exactly sized allocation and the batch
+    /// decoded (and validated) from that copy, so nothing points into the receive buffer
+    /// and no encoding is needed. `None`: the message needs [`seal`](Self::seal).
+    ///
+    /// # Errors
+    /// The Arrow error if the message does not decode against the schema.
+    pub fn adopt(&self, message: &FlightData) -> Result<Option<SealedBatch>, ArrowError> {
+        if self.schema.fields() != self.input.fields()
+            || message.data_header.len() + message.data_body.len() > MAX_MESSAGE_BODY_BYTES
+        {
+            return Ok(None);
+        }
+        let Ok(ipc) = root_as_message(&message.data_header) else {
+            return Ok(None);
+        };
+        let Some(header) = ipc.header_as_record_batch() else {
+            return Ok(None);
+        };
+        if header.compression().is_some() {
+            return Ok(None);
+        }
+        let copy = FlightData {
+            data_header: message.data_header.clone(),
+            data_body: Bytes::copy_from_slice(&message.data_body),
+            ..FlightData::default()
+        };
+        self.decode(copy).map(Some)
+    }
+
+    fn decode(&self, mut message: FlightData) -> Result<SealedBatch, ArrowError> {
+        // Taken, not cloned: a second reference would make `exact` copy the body.
+        let body = exact(std::mem::take(&mut message.data_body));
         let message = FlightData {
             data_body: body.clone(),
             ..message
         };
         let ipc = root_as_message(&message.data_header)
             .map_err(|err| ArrowError::IpcError(format!("unreadable IPC header: {err}")))?;
-        let header = ipc.header_as_record_batch().ok_or_else(|| {
-            ArrowError::IpcError("the encoder produced a message that is not a batch".into())
-        })?;
+        let header = ipc
+            .header_as_record_batch()
+            .ok_or_else(|| ArrowError::IpcError("the message is not a record batch".into()))?;
         let batch = reader::read_record_batch(
             &Buffer::from(body),
             header,
@@ -230,6 +263,105 @@ impl SealedSchema {
             batch,
             message: WireMessage::new(&message),
         })
+    }
+}
+
+/// What one received IPC message contributed to an entry being put.
+#[derive(Debug)]
+pub enum Received {
+    /// A schema message (the first sets the entry's schema; later ones must match it).
+    Schema(Schema),
+    /// A dictionary batch, kept for the record batches that refer to it.
+    Dictionary,
+    /// A record batch, sealed (one or more parts).
+    Batches(Vec<SealedBatch>),
+}
+
+/// Turns the IPC messages of a DoPut into sealed batches, one message at a time.
+///
+/// A plain record batch is adopted as it came (one copy, no encoding); anything else
+/// (dictionaries, compression, an oversized message) is decoded without copying from
+/// its receive buffer and sealed. Either way the receive buffer can be dropped as soon
+/// as [`receive`](Self::receive) returns.
+#[derive(Debug, Default)]
+pub struct Intake {
+    schema: Option<SealedSchema>,
+    dictionaries: HashMap<i64, ArrayRef>,
+}
+
+impl Intake {
+    /// The entry's schema, once a schema message has been accepted.
+    pub fn schema(&self) -> Option<&SealedSchema> {
+        self.schema.as_ref()
+    }
+
+    /// Sets the entry's schema (after the first [`Received::Schema`]).
+    pub fn set_schema(&mut self, schema: SealedSchema) {
+        self.schema = Some(schema);
+    }
+
+    /// The entry's schema, consumed at the end of the put.
+    pub fn into_schema(self) -> Option<SealedSchema> {
+        self.schema
+    }
+
+    /// Reads one IPC message.
+    ///
+    /// # Errors
+    /// The Arrow error for an unreadable message, a batch or dictionary before the
+    /// schema, or a batch that does not decode against the schema.
+    pub fn receive(&mut self, message: &FlightData) -> Result<Received, ArrowError> {
+        let ipc = root_as_message(&message.data_header)
+            .map_err(|err| ArrowError::IpcError(format!("unreadable IPC message header: {err}")))?;
+        let before_schema =
+            |kind: &str| ArrowError::IpcError(format!("a {kind} came before the schema"));
+        match ipc.header_type() {
+            MessageHeader::Schema => {
+                let schema = try_schema_from_flatbuffer_bytes(&message.data_header)?;
+                Ok(Received::Schema(schema))
+            }
+            MessageHeader::DictionaryBatch => {
+                let schema = self
+                    .schema
+                    .as_ref()
+                    .ok_or_else(|| before_schema("dictionary batch"))?;
+                let dictionary = ipc.header_as_dictionary_batch().ok_or_else(|| {
+                    ArrowError::IpcError("unreadable dictionary batch header".into())
+                })?;
+                reader::read_dictionary(
+                    &Buffer::from(message.data_body.clone()),
+                    dictionary,
+                    &schema.input,
+                    &mut self.dictionaries,
+                    &ipc.version(),
+                )?;
+                Ok(Received::Dictionary)
+            }
+            MessageHeader::RecordBatch => {
+                let schema = self
+                    .schema
+                    .as_ref()
+                    .ok_or_else(|| before_schema("record batch"))?;
+                if let Some(adopted) = schema.adopt(message)? {
+                    return Ok(Received::Batches(vec![adopted]));
+                }
+                let header = ipc
+                    .header_as_record_batch()
+                    .ok_or_else(|| ArrowError::IpcError("unreadable record batch header".into()))?;
+                let batch = reader::read_record_batch(
+                    &Buffer::from(message.data_body.clone()),
+                    header,
+                    schema.input.clone(),
+                    &self.dictionaries,
+                    None,
+                    &ipc.version(),
+                )?;
+                Ok(Received::Batches(schema.seal(&batch)?))
+            }
+            other => Err(ArrowError::IpcError(format!(
+                "unsupported IPC message type {other:?} in a put"
+            ))),
+        }
     }
 }
 
@@ -432,6 +564,51 @@ mod tests {
             .downcast_ref::<StringArray>()
             .unwrap();
         assert_eq!(tags.iter().flatten().collect::<Vec<_>>(), ["a", "b", "a"]);
+    }
+
+    /// The messages a client would send for `batch` (schema, then the batch).
+    fn client_messages(batch: &RecordBatch) -> Vec<FlightData> {
+        let source = futures::stream::iter([Ok(batch.clone())]).boxed();
+        drain(
+            FlightDataEncoderBuilder::new()
+                .with_schema(batch.schema())
+                .build(source),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_plain_client_message_is_kept_as_it_came_in_its_own_allocation() {
+        let batch = table(1_000);
+        let sealed_schema = SealedSchema::new(batch.schema()).unwrap();
+        let received = &client_messages(&batch)[1];
+        let adopted = sealed_schema.adopt(received).unwrap().unwrap();
+        assert_eq!(adopted.batch, batch);
+        assert_eq!(adopted.message.body(), &received.data_body);
+        assert_ne!(adopted.message.body().as_ptr(), received.data_body.as_ptr());
+        assert_eq!(
+            batch_weight(&adopted.batch),
+            crate::store::weight::BATCH_OVERHEAD_BYTES + adopted.message.body().len() as u64
+        );
+        assert_eq!(
+            decode_frame(&adopted.message),
+            adopted.message.to_flight_data()
+        );
+    }
+
+    #[test]
+    fn messages_that_cannot_be_served_as_they_are_are_not_adopted() {
+        let dictionary: DictionaryArray<Int32Type> = vec!["a", "b"].into_iter().collect();
+        let with_dictionary =
+            RecordBatch::try_from_iter([("tag", Arc::new(dictionary) as ArrayRef)]).unwrap();
+        let sealed_schema = SealedSchema::new(with_dictionary.schema()).unwrap();
+        let messages = client_messages(&with_dictionary);
+        let last = messages.last().unwrap();
+        assert!(sealed_schema.adopt(last).unwrap().is_none());
+        // The schema message is not a batch.
+        let plain = SealedSchema::new(table(1).schema()).unwrap();
+        let schema_message = &client_messages(&table(1))[0];
+        assert!(plain.adopt(schema_message).unwrap().is_none());
     }
 
     #[test]

@@ -133,6 +133,32 @@ def test_large_batches_both_ways(client):
     assert got.equals(table)
 
 
+def test_dictionary_columns_are_served_as_their_values(client):
+    # pandas categoricals arrive as dictionary columns; the node stores and serves them
+    # with the value type, as its DoGet has always sent them.
+    table = pa.table({
+        "region": pa.array([f"r{i % 5}" for i in range(1000)]).dictionary_encode(),
+        "id": pa.array(range(1000), pa.int64()),
+    })
+    put(client, "dict/regions", table)
+    got = client.do_get(flight.Ticket(b"FCT\x01Pdict/regions")).read_all()
+    assert got.schema.field("region").type == pa.utf8()
+    assert got.column("region").to_pylist() == table.column("region").to_pylist()
+    info = client.get_flight_info(flight.FlightDescriptor.for_path("dict", "regions"))
+    assert info.schema == got.schema
+
+
+def test_a_small_slice_is_charged_for_itself_not_its_parent(client):
+    parent = bi_table(200_000).combine_chunks()
+    summary = put(client, "slice/one", parent.slice(1000, 10))
+    assert summary["rows"] == 10
+    # Ten rows of four columns plus the stored headers: a few kilobytes, not the
+    # parent's ~6 MB.
+    assert summary["bytes"] < 8 * 1024, summary
+    got = client.do_get(flight.Ticket(b"FCT\x01Pslice/one")).read_all()
+    assert got.equals(parent.slice(1000, 10))
+
+
 def test_oversized_put_is_refused_and_nothing_stored():
     small = Node("--memory-budget", "64MiB", "--max-entry-size", "2MiB")
     try:
