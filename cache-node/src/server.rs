@@ -166,7 +166,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         let serve = tonic::transport::Server::builder()
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(8 << 20)
-            .max_frame_size(1 << 20)
+            .max_frame_size(crate::flight::MAX_INCOMING_FRAME_BYTES as u32)
             .add_service(health_service)
             .add_service(flight_service)
             .serve_with_incoming_shutdown(incoming, shutdown_requested);

@@ -10,6 +10,7 @@
 pub mod actions;
 pub mod auth;
 pub mod forward;
+mod intake;
 pub mod lease;
 mod list;
 pub mod passthrough;
@@ -49,6 +50,8 @@ pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
 pub const MAX_FLIGHT_DATA_BYTES: usize = crate::store::wire::MAX_MESSAGE_BODY_BYTES;
+
+pub use intake::MAX_INCOMING_FRAME_BYTES;
 
 /// The Flight service of one cache node.
 #[derive(Debug, Clone)]

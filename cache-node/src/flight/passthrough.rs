@@ -13,6 +13,9 @@
 //! saves the forwarding node a decode into a per-message buffer and a prost re-encode
 //! into another, for each ≤ 2 MiB message (see docs/benchmarks.md).
 //!
+//! A DoPut's request body is wrapped so each message's bytes are reserved in the budget
+//! as soon as its length is known (`flight/intake.rs`).
+//!
 //! Everything else goes to the generated server unchanged, and so does a DoGet this
 //! relay does not take: a miss here, a forwarded request this node does not hold, one
 //! that fails auth or carries an unusual body, an owner that cannot be reached (the normal
@@ -35,12 +38,15 @@ use tonic::{Code, Status};
 
 use super::FlightCacheService;
 use super::forward::{self, CALL_TIMEOUT};
+use super::intake::IntakeBody;
 use super::ticket::CacheTicket;
 use crate::metrics::RpcTimer;
 use crate::routing::members::Route;
 
 /// The gRPC path of DoGet.
 const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
+/// The gRPC path of DoPut.
+const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 /// Largest DoGet request body read here (a ticket is a key of at most 64 KiB).
 const MAX_REQUEST_BYTES: usize = 80 << 10;
 
@@ -79,6 +85,13 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.uri().path() == DO_PUT_PATH {
+            // Reserve each message's bytes as soon as its length is known.
+            let (parts, body) = request.into_parts();
+            let body = IntakeBody::new(body, std::sync::Arc::clone(&self.service.store));
+            let request = http::Request::from_parts(parts, Body::new(body));
+            return Box::pin(self.inner.call(request));
+        }
         if request.uri().path() != DO_GET_PATH {
             return Box::pin(self.inner.call(request));
         }

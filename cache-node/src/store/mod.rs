@@ -67,6 +67,34 @@ use self::state::Inner;
 pub use self::weight::{batch_weight, compact_batch, entry_weight};
 pub use self::wire::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 
+/// Budget held for bytes of a put still arriving; released on drop.
+pub struct IntakeReservation {
+    shared: Arc<Shared>,
+    bytes: u64,
+}
+
+impl IntakeReservation {
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl std::fmt::Debug for IntakeReservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntakeReservation")
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for IntakeReservation {
+    fn drop(&mut self) {
+        let bytes = self.bytes;
+        self.shared.with_inner(|inner| inner.release_intake(bytes));
+    }
+}
+
 /// Errors of the store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -334,6 +362,20 @@ impl Store {
         let key_hash = self.shared.key_hash(&key);
         let put_id = self.shared.with_inner(|inner| inner.begin_put(key.clone()));
         PendingPut::new(Arc::clone(&self.shared), put_id, key, key_hash)
+    }
+
+    /// Reserves `bytes` of a put that are still arriving over the network (a message
+    /// whose length is known before its bytes are buffered), so the budget covers them
+    /// before they take memory. Evicts to make room like a put's reservation. `None`
+    /// when other reservations leave no room; the put's own reservation then refuses it.
+    pub fn reserve_intake(&self, bytes: u64) -> Option<IntakeReservation> {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.reserve_intake(bytes, now))
+            .then(|| IntakeReservation {
+                shared: Arc::clone(&self.shared),
+                bytes,
+            })
     }
 
     /// Looks `key` up for a reader.

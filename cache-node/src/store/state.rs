@@ -67,6 +67,9 @@ pub(crate) struct Inner {
     next_put_id: u64,
     used_bytes: u64,
     reserved_bytes: u64,
+    /// The part of `reserved_bytes` held by intake reservations (bytes of puts still
+    /// arriving, not yet tied to an entry).
+    intake_bytes: u64,
     hits: u64,
     misses: u64,
     inserts: u64,
@@ -101,6 +104,7 @@ impl Inner {
             next_put_id: 0,
             used_bytes: 0,
             reserved_bytes: 0,
+            intake_bytes: 0,
             hits: 0,
             misses: 0,
             inserts: 0,
@@ -395,6 +399,29 @@ impl Inner {
     }
 
     /// Forgets a put that was dropped without commit, releasing its reservation.
+    /// Reserves `bytes` of a put still arriving, evicting (expired entries first, then
+    /// by policy) to make room. False, with nothing reserved or evicted, when other
+    /// reservations leave no room for them.
+    pub(crate) fn reserve_intake(&mut self, bytes: u64, now: Duration) -> bool {
+        if bytes > self.config.budget_bytes.saturating_sub(self.reserved_bytes) {
+            return false;
+        }
+        let incoming = Incoming { entries: 0, bytes };
+        if !self.make_room(bytes, incoming, now).1 {
+            return false;
+        }
+        self.reserved_bytes += bytes;
+        self.intake_bytes += bytes;
+        true
+    }
+
+    /// Gives back an intake reservation.
+    pub(crate) fn release_intake(&mut self, bytes: u64) {
+        let released = bytes.min(self.intake_bytes);
+        self.intake_bytes -= released;
+        self.reserved_bytes -= released;
+    }
+
     /// Shrinks a put's reservation by up to `bytes`.
     pub(crate) fn shrink_reservation(&mut self, put_id: u64, bytes: u64) {
         if let Some(put) = self.puts.get_mut(&put_id) {
@@ -631,7 +658,11 @@ impl Inner {
         assert_eq!(weights, self.used_bytes, "used bytes");
         assert_eq!(self.order.bytes(), self.used_bytes, "order bytes");
         let reserved: u64 = self.puts.values().map(|put| put.reserved).sum();
-        assert_eq!(reserved, self.reserved_bytes, "reserved bytes");
+        assert_eq!(
+            reserved + self.intake_bytes,
+            self.reserved_bytes,
+            "reserved bytes"
+        );
         assert!(
             self.used_bytes + self.reserved_bytes <= self.config.budget_bytes,
             "budget exceeded"

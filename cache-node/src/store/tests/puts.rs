@@ -278,3 +278,38 @@ fn concurrent_puts_of_one_key_leave_the_last_commit() {
     assert_eq!(store.get(b"k").unwrap().total_rows(), 1);
     assert_eq!(store.stats().evictions.replaced, 1);
 }
+
+#[test]
+fn intake_reservations_make_room_first_and_are_released_on_drop() {
+    let (store, _) = store_with(StoreConfig {
+        budget_bytes: 20_000,
+        max_entry_bytes: 20_000,
+        ..config()
+    });
+    for name in ["a", "b", "c"] {
+        put(&store, name, 500).unwrap();
+    }
+    let used = store.stats().used_bytes;
+    assert!(used > 10_000, "{used}");
+    // Bytes of a put still arriving: room is made now, by evicting, before they land.
+    let intake = store.reserve_intake(12_000).unwrap();
+    let stats = store.stats();
+    assert_eq!(stats.reserved_bytes, 12_000);
+    assert!(stats.used_bytes + stats.reserved_bytes <= stats.budget_bytes);
+    assert!(stats.entries < 3);
+    store.check_invariants();
+    // A put's own transient bytes count too; together they may not pass the budget.
+    let mut pending = store.begin_put(key("d"));
+    assert!(pending.reserve_transient(9_000).is_err());
+    assert!(
+        store.reserve_intake(9_000).is_none(),
+        "no room left beside the others"
+    );
+    drop(intake);
+    assert_eq!(store.stats().reserved_bytes, 0);
+    assert!(
+        store.reserve_intake(20_001).is_none(),
+        "more than the whole budget"
+    );
+    store.check_invariants();
+}

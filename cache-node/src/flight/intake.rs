@@ -1,0 +1,245 @@
+//! Budget for DoPut bytes still arriving.
+//!
+//! The gRPC layer buffers a whole message before the put sees it, so a put can only
+//! reserve a message's bytes after they already take memory; under a storm of large
+//! puts the node would briefly hold more than its budget. This body wrapper reads the
+//! gRPC framing of a DoPut request as its HTTP/2 data arrives: when a message's 5-byte
+//! prefix announces its length, that many bytes (plus the frame in transit, see
+//! [`in_transit`]) are reserved in the store's budget (evicting to make room) before
+//! they are buffered. The reservation is released on
+//! the next read of the body after the message has passed through, which the gRPC
+//! layer only makes once the put has taken the message (and reserved what it keeps),
+//! or when the request ends. A message that cannot be reserved (other reservations hold
+//! the budget) or that is over the max entry size passes unreserved, and the put's own
+//! checks refuse it. No I/O.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tonic::Status;
+use tonic::body::Body;
+
+use crate::store::{IntakeReservation, Store};
+
+/// Bytes of the gRPC message prefix: compression flag and big-endian length.
+const PREFIX_BYTES: usize = 5;
+
+/// Largest HTTP/2 frame the server accepts (`server.rs` advertises it).
+pub const MAX_INCOMING_FRAME_BYTES: u64 = 1 << 20;
+
+/// Bytes a message holds beyond its own length while it arrives: the HTTP/2 frame being
+/// copied into the message buffer still sits in the connection's read buffer.
+fn in_transit(length: u64) -> u64 {
+    length.min(MAX_INCOMING_FRAME_BYTES)
+}
+
+/// Where the parser is in the gRPC framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// Reading a message prefix; `have` of its bytes seen so far.
+    Prefix {
+        bytes: [u8; PREFIX_BYTES],
+        have: usize,
+    },
+    /// Inside a message body; `remaining` bytes to go.
+    Message { remaining: u64 },
+}
+
+/// A DoPut request body that reserves each message's bytes as soon as its length is
+/// known.
+pub struct IntakeBody {
+    inner: Body,
+    store: std::sync::Arc<Store>,
+    framing: Framing,
+    /// The reservation of the message arriving now.
+    current: Option<IntakeReservation>,
+    /// Reservations of messages that have passed through, released on the next read.
+    passed: Vec<IntakeReservation>,
+}
+
+impl IntakeBody {
+    /// Wraps the request body of a DoPut.
+    pub fn new(inner: Body, store: std::sync::Arc<Store>) -> Self {
+        Self {
+            inner,
+            store,
+            framing: Framing::Prefix {
+                bytes: [0; PREFIX_BYTES],
+                have: 0,
+            },
+            current: None,
+            passed: Vec::new(),
+        }
+    }
+
+    /// Follows the framing through `data`, reserving each message announced in it.
+    fn observe(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            match &mut self.framing {
+                Framing::Prefix { bytes, have } => {
+                    let take = (PREFIX_BYTES - *have).min(data.len());
+                    bytes[*have..*have + take].copy_from_slice(&data[..take]);
+                    *have += take;
+                    data = &data[take..];
+                    if *have == PREFIX_BYTES {
+                        let length =
+                            u64::from(u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]));
+                        // A message over the max entry size is refused by the put
+                        // without evicting anything for it.
+                        if length <= self.store.config().max_entry_bytes {
+                            self.current = self.store.reserve_intake(length + in_transit(length));
+                        }
+                        self.framing = Framing::Message { remaining: length };
+                        if length == 0 {
+                            self.message_passed();
+                        }
+                    }
+                }
+                Framing::Message { remaining } => {
+                    let take = usize::try_from(*remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(data.len());
+                    *remaining -= take as u64;
+                    data = &data[take..];
+                    if *remaining == 0 {
+                        self.message_passed();
+                    }
+                }
+            }
+        }
+    }
+
+    fn message_passed(&mut self) {
+        self.passed.extend(self.current.take());
+        self.framing = Framing::Prefix {
+            bytes: [0; PREFIX_BYTES],
+            have: 0,
+        };
+    }
+
+    /// Bytes currently reserved by this body (for tests).
+    #[cfg(test)]
+    fn reserved(&self) -> u64 {
+        self.current
+            .iter()
+            .chain(&self.passed)
+            .map(IntakeReservation::bytes)
+            .sum()
+    }
+}
+
+impl HttpBody for IntakeBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = &mut *self;
+        // The reader asks for more only after it has taken the messages that passed
+        // (and the put has reserved what it keeps), so their budget can go back now.
+        this.passed.clear();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.observe(data);
+                }
+            }
+            Poll::Ready(None | Some(Err(_))) => this.current = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::{EvictionPolicy, StoreConfig, SystemClock, TtlMode};
+
+    fn store(budget: u64) -> Arc<Store> {
+        let config = StoreConfig {
+            max_entries: 100,
+            budget_bytes: budget,
+            max_entry_bytes: budget,
+            ttl: std::time::Duration::from_secs(60),
+            ttl_mode: TtlMode::Absolute,
+            eviction: EvictionPolicy::Lru,
+        };
+        Arc::new(Store::new(config, Arc::new(SystemClock::new())).unwrap())
+    }
+
+    fn message(len: usize) -> Vec<u8> {
+        let mut out = vec![0u8];
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        out.extend(std::iter::repeat_n(7u8, len));
+        out
+    }
+
+    #[test]
+    fn a_message_is_reserved_when_its_prefix_arrives_and_released_after_it_passed() {
+        assert_eq!(in_transit(5 << 20), MAX_INCOMING_FRAME_BYTES);
+        let store = store(1 << 20);
+        let mut body = IntakeBody::new(Body::empty(), Arc::clone(&store));
+        let first = message(1_000);
+        // The prefix split across two frames, then part of the body.
+        body.observe(&first[..3]);
+        assert_eq!(body.reserved(), 0);
+        body.observe(&first[3..100]);
+        // The message and the frame carrying it, which may be in two buffers at once.
+        assert_eq!(body.reserved(), 2_000);
+        assert_eq!(store.stats().reserved_bytes, 2_000);
+        // The rest of the first message and all of a second one in one frame.
+        let mut rest = first[100..].to_vec();
+        rest.extend(message(500));
+        body.observe(&rest);
+        assert_eq!(body.passed.len(), 2);
+        assert!(body.current.is_none());
+        assert_eq!(store.stats().reserved_bytes, 3_000);
+        body.passed.clear();
+        assert_eq!(store.stats().reserved_bytes, 0);
+        drop(body);
+        assert_eq!(store.stats().reserved_bytes, 0);
+    }
+
+    #[test]
+    fn a_message_larger_than_the_budget_passes_unreserved() {
+        let store = store(1_000);
+        let entry = StoreConfig {
+            max_entry_bytes: 100,
+            ..store.config()
+        };
+        let over_max_entry = Arc::new(Store::new(entry, Arc::new(SystemClock::new())).unwrap());
+        let mut body = IntakeBody::new(Body::empty(), Arc::clone(&over_max_entry));
+        body.observe(&message(500)[..20]);
+        assert_eq!(
+            body.reserved(),
+            0,
+            "over the max entry size: nothing evicted for it"
+        );
+        let mut body = IntakeBody::new(Body::empty(), Arc::clone(&store));
+        body.observe(&message(5_000)[..50]);
+        assert_eq!(body.reserved(), 0);
+        assert_eq!(store.stats().reserved_bytes, 0);
+        // The framing is still followed: the next message is seen.
+        body.observe(&message(5_000)[50..]);
+        body.observe(&message(10)[..5]);
+        assert_eq!(body.reserved(), 20);
+        drop(body);
+        assert_eq!(store.stats().reserved_bytes, 0);
+    }
+}
