@@ -3,7 +3,10 @@
 //!
 //! - [`validate`]: CacheCluster → validated model; [`build`]: pure object builders.
 //! - [`observe`], [`apply`]: read-only I/O and server-side apply.
-//! - [`rollout`]: which node restarts next; [`status`]: conditions and pool figures.
+//! - [`plan`]: the pure per-pass planner (ring states, live config, resizes, restarts
+//!   with handoff, scaling); [`ring`]: the published ring; [`nodes`]: calls to nodes.
+//! - [`rollout`]: pod readiness and template readers; [`status`]: conditions and pool
+//!   figures.
 //! - [`controller`]: the loop; [`leader`]: Lease election; [`metrics`]: Prometheus.
 
 pub mod apply;

@@ -29,6 +29,22 @@ pub enum Outcome {
     },
 }
 
+/// The Progressing reason of a rollout, from the first pool that is changing: a
+/// resize, a live configuration push, a ring change, or (otherwise) a restart.
+fn rollout_reason(pools: &[PoolStatus]) -> &'static str {
+    let phase = pools
+        .iter()
+        .filter_map(|pool| pool.phase.as_deref())
+        .find(|phase| !matches!(*phase, "Settled" | "WaitingForNodes"))
+        .unwrap_or_default();
+    match phase.split(' ').next().unwrap_or_default() {
+        "Resizing" => reasons::RESIZING,
+        "Configuring" => reasons::CONFIGURING,
+        "ScalingOut" | "ScalingIn" => reasons::REBALANCING,
+        _ => reasons::ROLLING_OUT,
+    }
+}
+
 /// The new status, keeping pool figures and transition times from `previous` where
 /// nothing changed.
 pub fn compute(
@@ -91,7 +107,7 @@ pub fn compute(
                     .collect();
                 (
                     true,
-                    reasons::ROLLING_OUT,
+                    rollout_reason(pools),
                     if changing.is_empty() {
                         format!("{updated}/{shards} nodes up to date")
                     } else {
@@ -250,6 +266,24 @@ mod tests {
             phase: Some("Settled".into()),
             memory_resize: None,
             nodes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_rollout_names_what_changes() {
+        let with_phase = |phase: &str| PoolStatus {
+            phase: Some(phase.into()),
+            ..pool(3, 3)
+        };
+        for (phase, reason) in [
+            ("Resizing demo-hot-1", reasons::RESIZING),
+            ("Configuring", reasons::CONFIGURING),
+            ("ScalingOut demo-hot-3", reasons::REBALANCING),
+            ("ScalingIn demo-hot-2", reasons::REBALANCING),
+            ("Restarting demo-hot-2", reasons::ROLLING_OUT),
+        ] {
+            let pools = vec![with_phase("Settled"), with_phase(phase)];
+            assert_eq!(rollout_reason(&pools), reason, "{phase}");
         }
     }
 

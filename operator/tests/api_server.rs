@@ -1,10 +1,11 @@
-//! Integration tests against a real kube-apiserver (`e2e/cluster up
+//! Integration tests against a real kube-apiserver (`e2e/cluster up`, or `up
 //! --control-plane-only`; KUBECONFIG points at it). Ignored by plain `cargo test`;
-//! `scripts/test` runs them with `--ignored`.
+//! `scripts/test` runs them with `--ignored` on the full cluster.
 //!
-//! Each test works in its own labelled namespace and deletes it at the end. Pods stay
-//! Pending here (no kubelet): these tests assert on objects, owner references,
-//! server-side-apply idempotence and status, not on running nodes.
+//! Each test works in its own labelled namespace and deletes it at the end. They assert
+//! on objects, owner references, server-side-apply idempotence, status and leader
+//! election, never wait for running nodes (with `--control-plane-only` pods stay
+//! Pending); `e2e/tests/operator` covers running nodes.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, missing_docs)]
 
@@ -427,5 +428,53 @@ async fn deleting_the_cluster_leaves_children_to_the_garbage_collector() {
     })
     .await;
     assert!(gone.is_ok(), "the garbage collector removes owned children");
+    ns.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use operator::leader::{LeaseConfig, run};
+    use tokio::sync::watch;
+
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "fc-lease").await;
+    let config = |identity: &str| LeaseConfig {
+        namespace: ns.name.clone(),
+        name: "flightcache-operator".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(3),
+        renew_every: Duration::from_millis(500),
+    };
+    let (first_tx, first) = watch::channel(false);
+    let (second_tx, mut second) = watch::channel(false);
+    let first_replica = tokio::spawn(run(client.clone(), config("replica-a"), first_tx));
+    let mut first_leads = first.clone();
+    tokio::time::timeout(Duration::from_secs(10), first_leads.wait_for(|leads| *leads))
+        .await
+        .expect("the first replica takes the free Lease")
+        .unwrap();
+    let second_replica = tokio::spawn(run(client.clone(), config("replica-b"), second_tx));
+    // For longer than the Lease lasts, the holder keeps renewing and the other waits.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(*first.borrow(), "the holder lost the Lease while renewing");
+        assert!(!*second.borrow(), "two replicas led at once");
+    }
+    // The holder stops (its pod is gone): the other takes over once the Lease expires.
+    first_replica.abort();
+    tokio::time::timeout(Duration::from_secs(10), second.wait_for(|leads| *leads))
+        .await
+        .expect("the second replica takes over an expired Lease")
+        .unwrap();
+    let lease = Api::<Lease>::namespaced(client.clone(), &ns.name)
+        .get("flightcache-operator")
+        .await
+        .unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
+    assert_eq!(spec.lease_transitions, Some(1));
+    second_replica.abort();
     ns.delete().await;
 }

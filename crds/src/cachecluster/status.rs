@@ -90,8 +90,8 @@ pub struct PoolStatus {
     pub endpoint: Option<String>,
 
     /// What the pool is doing: `Settled`, `WaitingForNodes`, `Configuring` (live config
-    /// rolling), `Restarting <node>` (a restart with handoff), `ScalingOut <nodes>` or
-    /// `ScalingIn <nodes>`.
+    /// rolling), `Resizing <node>` (a memory limit changing in place), `Restarting
+    /// <node>` (a restart with handoff), `ScalingOut <nodes>` or `ScalingIn <nodes>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
 
