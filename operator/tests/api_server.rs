@@ -451,10 +451,13 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
     let (second_tx, mut second) = watch::channel(false);
     let first_replica = tokio::spawn(run(client.clone(), config("replica-a"), first_tx));
     let mut first_leads = first.clone();
-    tokio::time::timeout(Duration::from_secs(10), first_leads.wait_for(|leads| *leads))
-        .await
-        .expect("the first replica takes the free Lease")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        first_leads.wait_for(|leads| *leads),
+    )
+    .await
+    .expect("the first replica takes the free Lease")
+    .unwrap();
     let second_replica = tokio::spawn(run(client.clone(), config("replica-b"), second_tx));
     // For longer than the Lease lasts, the holder keeps renewing and the other waits.
     for _ in 0..10 {
