@@ -56,6 +56,62 @@ where
         })
 }
 
+/// What became of the cluster's ServiceMonitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceMonitorOutcome {
+    /// Applied (`spec.monitoring.serviceMonitor: true`).
+    Applied,
+    /// Wanted, but the `monitoring.coreos.com` CRDs are not installed.
+    Unavailable,
+    /// Not wanted; deleted if it existed.
+    Absent,
+}
+
+/// Applies the cluster's ServiceMonitor when the spec asks for one, and deletes it when
+/// it does not. A cluster without the prometheus-operator CRDs answers 404 for the
+/// resource: reported as [`ServiceMonitorOutcome::Unavailable`], not an error, so the
+/// cache keeps being reconciled.
+///
+/// # Errors
+/// [`Error::Apply`] or [`Error::Delete`] for any other API error.
+pub async fn reconcile_service_monitor(
+    client: &Client,
+    cluster: &crate::validate::ValidatedCluster,
+) -> Result<ServiceMonitorOutcome> {
+    use crate::build::servicemonitor::{build_service_monitor, service_monitor_resource};
+    use kube::api::DynamicObject;
+
+    let resource = service_monitor_resource();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &cluster.namespace, &resource);
+    let name = names::service_monitor(&cluster.name);
+    if cluster.service_monitor {
+        let monitor = build_service_monitor(cluster);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        return match api.patch(&name, &params, &Patch::Apply(&monitor)).await {
+            Ok(_) => Ok(ServiceMonitorOutcome::Applied),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                Ok(ServiceMonitorOutcome::Unavailable)
+            }
+            Err(source) => Err(Error::Apply {
+                kind: "ServiceMonitor",
+                name,
+                source,
+            }),
+        };
+    }
+    match api.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => Ok(ServiceMonitorOutcome::Absent),
+        // No such object, or no such resource in this cluster.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(ServiceMonitorOutcome::Absent),
+        Err(source) => Err(Error::Delete {
+            kind: "ServiceMonitor",
+            name,
+            source,
+        }),
+    }
+}
+
 /// Deletes the children of pools that are no longer in the spec; returns their pool
 /// names.
 ///

@@ -143,6 +143,20 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             .await;
         return Err(err);
     }
+    if apply::reconcile_service_monitor(&ctx.client, &cluster).await?
+        == apply::ServiceMonitorOutcome::Unavailable
+    {
+        ctx.publish(
+            &cc,
+            EventType::Warning,
+            "ServiceMonitorUnavailable",
+            "spec.monitoring.serviceMonitor is on, but this cluster has no monitoring.coreos.com \
+             ServiceMonitor resource (install the prometheus-operator CRDs); the nodes' metrics \
+             port is still served"
+                .into(),
+        )
+        .await;
+    }
     report_pool_changes(&ctx, &cc, &cluster, &observed).await;
     let wanted: BTreeSet<String> = cluster.pools.iter().map(|p| p.name.clone()).collect();
     for pool in apply::delete_removed_pools(&ctx.client, &namespace, &name, &wanted).await? {

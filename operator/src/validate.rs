@@ -60,6 +60,8 @@ pub struct ValidatedCluster {
     pub port: u16,
     /// Metrics port.
     pub metrics_port: u16,
+    /// Whether a prometheus-operator ServiceMonitor scrapes the nodes.
+    pub service_monitor: bool,
     /// Secret name and key of the auth token, if auth is on.
     pub auth: Option<(String, String)>,
     /// Image pull policy of node containers.
@@ -158,6 +160,7 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         generation: cc.metadata.generation.unwrap_or(0),
         port,
         metrics_port,
+        service_monitor: cc.spec.monitoring.service_monitor,
         auth: cc
             .spec
             .auth

@@ -481,3 +481,110 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
     second_replica.abort();
     ns.delete().await;
 }
+
+/// A stand-in for the prometheus-operator `ServiceMonitor` CRD (any spec accepted).
+async fn install_service_monitor_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": "servicemonitors.monitoring.coreos.com" },
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {
+                "kind": "ServiceMonitor", "plural": "servicemonitors",
+                "singular": "servicemonitor", "listKind": "ServiceMonitorList"
+            },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true
+                } }
+            }]
+        }
+    }))
+    .unwrap();
+    crds.patch(
+        &crd.name_any(),
+        &PatchParams::apply("flightcache-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    let established = await_condition(
+        crds,
+        "servicemonitors.monitoring.coreos.com",
+        conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(30), established)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn the_service_monitor_follows_the_monitoring_toggle() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let client = client().await;
+    install_crd(&client).await;
+    install_service_monitor_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-monitor").await;
+    let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec {
+        shards: 2,
+        ..PoolSpec::new("hot")
+    }]);
+    spec.monitoring.service_monitor = true;
+    let clusters: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    let created = clusters
+        .create(&PostParams::default(), &CacheCluster::new("demo", spec))
+        .await
+        .unwrap();
+    let ctx = context(&client);
+    reconcile(Arc::new(created.clone()), Arc::clone(&ctx))
+        .await
+        .unwrap();
+
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
+        "servicemonitors",
+    );
+    let monitors: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &resource);
+    let monitor = monitors.get("demo-nodes").await.unwrap();
+    assert_eq!(monitor.owner_references()[0].uid, created.uid().unwrap());
+    let spec = &monitor.data["spec"];
+    assert_eq!(spec["endpoints"][0]["port"], "metrics");
+    // Its selector picks exactly the pool's headless Service, whose endpoints are the
+    // nodes (the client Service fronts the same pods and would scrape them twice).
+    let selector: BTreeMap<String, String> =
+        serde_json::from_value(spec["selector"]["matchLabels"].clone()).unwrap();
+    let selector = selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let selected = Api::<Service>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap();
+    let names: Vec<String> = selected.items.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, ["demo-hot-nodes"]);
+
+    // Turned off: the ServiceMonitor goes.
+    clusters
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"monitoring": {"serviceMonitor": false}}})),
+        )
+        .await
+        .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    let gone = monitors.get_opt("demo-nodes").await.unwrap();
+    assert!(gone.is_none(), "{gone:?}");
+    ns.delete().await;
+}

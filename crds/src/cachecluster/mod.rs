@@ -179,8 +179,10 @@ pub struct MonitoringSpec {
     #[serde(default = "defaults::metrics_port")]
     pub metrics_port: i32,
 
-    /// Create a prometheus-operator `ServiceMonitor` for the nodes (needs the
-    /// `monitoring.coreos.com` CRDs in the cluster).
+    /// Create a prometheus-operator `ServiceMonitor` `<cluster>-nodes` that scrapes every
+    /// node's metrics port once, through the pools' headless Services (needs the
+    /// `monitoring.coreos.com` CRDs; without them the operator records a
+    /// `ServiceMonitorUnavailable` event and carries on). Turning it off deletes it.
     /// Change: live (no node restarts).
     #[serde(default = "defaults::service_monitor")]
     pub service_monitor: bool,

@@ -9,6 +9,7 @@ pub(crate) mod golden;
 pub mod names;
 pub mod pdb;
 pub mod service;
+pub mod servicemonitor;
 pub mod statefulset;
 
 use k8s_openapi::api::apps::v1::StatefulSet;

@@ -12,6 +12,9 @@ pub const APP_NAME: &str = "flightcache-node";
 pub const MANAGED_BY: &str = "flightcache-operator";
 /// Label naming the pool of a child.
 pub const POOL_LABEL: &str = "flightcache.dev/pool";
+/// Label telling a pool's two Services apart: `nodes` (headless, one endpoint per node,
+/// what the ServiceMonitor selects) or `client`.
+pub const SERVICE_ROLE_LABEL: &str = "flightcache.dev/service";
 /// Label naming the cluster of a child (also `app.kubernetes.io/instance`).
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// Pod-template annotation with the hash of restart-class settings.
@@ -26,6 +29,11 @@ pub const NODE_CONFIG_DIR: &str = "/etc/flightcache";
 /// Name of the StatefulSet, client Service, ConfigMap and PDB of a pool.
 pub fn pool_object(cluster: &str, pool: &str) -> String {
     format!("{cluster}-{pool}")
+}
+
+/// Name of the cluster's ServiceMonitor (one for all pools).
+pub fn service_monitor(cluster: &str) -> String {
+    format!("{cluster}-nodes")
 }
 
 /// Name of the pool's headless Service.

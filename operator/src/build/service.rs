@@ -25,14 +25,29 @@ fn ports(cluster: &ValidatedCluster) -> Vec<ServicePort> {
     ]
 }
 
+/// `metadata` with the Service's role label (see [`names::SERVICE_ROLE_LABEL`]).
+fn with_role(
+    mut metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    role: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(names::SERVICE_ROLE_LABEL.to_owned(), role.to_owned());
+    metadata
+}
+
 /// The headless Service `c-p-nodes`; it publishes not-ready nodes too, so peers can
 /// reach a node that is still warming up.
 pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
     Service {
-        metadata: super::owned_metadata(
-            cluster,
-            pool,
-            names::headless_service(&cluster.name, &pool.name),
+        metadata: with_role(
+            super::owned_metadata(
+                cluster,
+                pool,
+                names::headless_service(&cluster.name, &pool.name),
+            ),
+            "nodes",
         ),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
@@ -48,10 +63,9 @@ pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) 
 /// The client Service `c-p` (ClusterIP over ready nodes).
 pub fn build_client_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
     Service {
-        metadata: super::owned_metadata(
-            cluster,
-            pool,
-            names::pool_object(&cluster.name, &pool.name),
+        metadata: with_role(
+            super::owned_metadata(cluster, pool, names::pool_object(&cluster.name, &pool.name)),
+            "client",
         ),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
