@@ -53,6 +53,9 @@ pub const MAX_FLIGHT_DATA_BYTES: usize = crate::store::wire::MAX_MESSAGE_BODY_BY
 
 pub use intake::MAX_INCOMING_FRAME_BYTES;
 
+/// How long a Handshake waits for the client to finish sending after the reply.
+const HANDSHAKE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The Flight service of one cache node.
 #[derive(Debug, Clone)]
 pub struct FlightCacheService {
@@ -241,7 +244,7 @@ impl FlightService for FlightCacheService {
         let result = self
             .auth
             .handshake(&metadata, &first.payload)
-            .map(|header| {
+            .map(move |header| {
                 let reply = HandshakeResponse {
                     protocol_version: first.protocol_version,
                     payload: header
@@ -250,7 +253,19 @@ impl FlightService for FlightCacheService {
                         .map(|t| Bytes::copy_from_slice(t.as_bytes()))
                         .unwrap_or_default(),
                 };
-                let stream: Self::HandshakeStream = futures::stream::iter([Ok(reply)]).boxed();
+                // The call stays open until the client has finished sending (its
+                // half-close, bounded by HANDSHAKE_DRAIN): a server that ends the call
+                // first races the client's close of its side, which clients such as
+                // pyarrow then report as a failed handshake.
+                let until_client_done = futures::stream::once(async move {
+                    let drain = async { while let Ok(Some(_)) = input.message().await {} };
+                    let _ = tokio::time::timeout(HANDSHAKE_DRAIN, drain).await;
+                    None
+                })
+                .filter_map(futures::future::ready);
+                let stream: Self::HandshakeStream = futures::stream::iter([Ok(reply)])
+                    .chain(until_client_done)
+                    .boxed();
                 let mut response = Response::new(stream);
                 if let Some(value) = header.and_then(|h| h.parse().ok()) {
                     response.metadata_mut().insert("authorization", value);
