@@ -32,12 +32,16 @@ async fn client() -> Client {
 }
 
 async fn install_crd(client: &Client) {
+    apply_crd(client, &crds::generate::crd().unwrap()).await;
+}
+
+/// Applies `crd` and waits until it is Established.
+async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = crds::generate::crd().unwrap();
     crds.patch(
         &crd.name_any(),
         &PatchParams::apply("flightcache-tests").force(),
-        &Patch::Apply(&crd),
+        &Patch::Apply(crd),
     )
     .await
     .unwrap();
@@ -484,7 +488,6 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
 
 /// A stand-in for the prometheus-operator `ServiceMonitor` CRD (any spec accepted).
 async fn install_service_monitor_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -505,22 +508,7 @@ async fn install_service_monitor_crd(client: &Client) {
         }
     }))
     .unwrap();
-    crds.patch(
-        &crd.name_any(),
-        &PatchParams::apply("flightcache-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    let established = await_condition(
-        crds,
-        "servicemonitors.monitoring.coreos.com",
-        conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(30), established)
-        .await
-        .unwrap()
-        .unwrap();
+    apply_crd(client, &crd).await;
 }
 
 #[tokio::test]
