@@ -38,8 +38,8 @@ OUTCOME_FORWARDED = 'outcome="forwarded_hit"'
 # DoGet outcomes that answered with data (the "hit latency" of the SLO).
 HIT_OUTCOMES = 'outcome=~"local_hit|forwarded_hit"'
 # gRPC codes that are the server's fault (the availability SLO's bad events); NotFound is a
-# miss and InvalidArgument/ResourceExhausted are the client's, so they do not count.
-SERVER_ERROR_CODES = 'grpc_code=~"Unknown|Internal|Unavailable|DataLoss|DeadlineExceeded|Unimplemented"'
+# miss and InvalidArgument, ResourceExhausted or Unimplemented are the client's: not counted.
+SERVER_ERROR_CODES = 'grpc_code=~"Unknown|Internal|Unavailable|DataLoss|DeadlineExceeded"'
 
 
 def m(name, matchers, extra=""):
@@ -255,7 +255,7 @@ def cache_panels(layout, scope, by, legend_prefix):
              p + " {{grpc_method}} {{grpc_code}}")], stacked=True),
         ts(layout, "Server error ratio",
            "Share of RPCs that failed through the server's fault (Unknown, Internal, "
-           "Unavailable, DataLoss, DeadlineExceeded, Unimplemented): the availability SLO's "
+           "Unavailable, DataLoss, DeadlineExceeded): the availability SLO's "
            "bad events.", "percentunit",
            [(ratio_or_zero(server_errors, handled), p)], minimum=0),
         ts(layout, "Forwarded share of hits",
