@@ -285,7 +285,7 @@ def overview():
                                 f"{hits} / {lookups}"))
         .with_panel(single(layout, "Lookups/s", "DoGet lookups per second per pool.", "reqps",
                            lookups))
-        .with_panel(single(layout, "Memory used / limit", "Process RSS over the container "
+        .with_panel(single(layout, "RSS / memory limit", "Process RSS over the container "
                            "memory limit, worst node of each pool.", "percentunit",
                            f"max by (pool) ({m('flightcache_node_process_resident_memory_bytes', POOLS)}"
                            f" / {m('flightcache_node_memory_limit_bytes', POOLS)})"))
