@@ -91,52 +91,37 @@ def legend():
     )
 
 
-def ts(layout, title, description, unit, targets, width=12, height=8, stacked=False, minimum=None):
+def framed(panel, layout, title, description, width, height, targets):
+    """Sets what every panel has (id, title, data source, size) and adds its queries."""
     panel = (
-        timeseries.Panel()
-        .id(layout.id())
+        panel.id(layout.id())
         .title(title)
         .description(description)
         .datasource(DATASOURCE)
-        .unit(unit)
         .span(width)
         .height(height)
-        .legend(legend())
-        .fill_opacity(10)
     )
+    return queries(panel, targets)
+
+
+def ts(layout, title, description, unit, targets, width=12, height=8, stacked=False, minimum=None):
+    panel = timeseries.Panel().unit(unit).legend(legend()).fill_opacity(10)
     if stacked:
         panel = panel.stacking(common_builder.StackingConfig().mode(common.StackingMode.NORMAL))
     if minimum is not None:
         panel = panel.min(minimum)
-    return queries(panel, targets)
+    return framed(panel, layout, title, description, width, height, targets)
 
 
 def single(layout, title, description, unit, expr, width=6, height=4):
-    panel = (
-        stat.Panel()
-        .id(layout.id())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .unit(unit)
-        .span(width)
-        .height(height)
-        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
+    panel = stat.Panel().unit(unit).reduce_options(
+        common_builder.ReduceDataOptions().calcs(["lastNotNull"])
     )
-    return queries(panel, [(expr, "{{pool}}")])
+    return framed(panel, layout, title, description, width, height, [(expr, "{{pool}}")])
 
 
 def timeline(layout, title, description, targets, width=24, height=8):
-    panel = (
-        statetimeline.Panel()
-        .id(layout.id())
-        .title(title)
-        .description(description)
-        .datasource(DATASOURCE)
-        .span(width)
-        .height(height)
-    )
-    return queries(panel, targets)
+    return framed(statetimeline.Panel(), layout, title, description, width, height, targets)
 
 
 def row(title):
@@ -175,18 +160,26 @@ def variables(board, with_pod, source):
     return board
 
 
-def base(uid, title, description, tags):
-    return (
+def base(uid, title, description, source, with_pod=False):
+    """A dashboard with FlightCache's defaults and variables chained on `source`'s labels."""
+    board = (
         dash.Dashboard(title)
         .uid(uid)
         .description(description)
-        .tags(["flightcache"] + tags)
+        .tags(["flightcache", uid.removeprefix("flightcache-")])
         .editable()
         .time("now-1h", "now")
         .refresh("30s")
         .timezone("browser")
         .tooltip(dash_model.DashboardCursorSync.CROSSHAIR)
     )
+    return variables(board, with_pod, source)
+
+
+def add_all(board, items):
+    for item in items:
+        board = board.with_row(item) if isinstance(item, dash.Row) else board.with_panel(item)
+    return board
 
 
 def ratio_or_zero(numerator, denominator):
@@ -275,9 +268,8 @@ def overview():
         "flightcache-overview",
         "FlightCache / Overview",
         "Hit ratio, latency, memory, evictions and errors of one CacheCluster, per pool.",
-        ["overview"],
+        "flightcache_node_entries",
     )
-    board = variables(board, with_pod=False, source="flightcache_node_entries")
     lookups = f"sum by (pool) ({rate('flightcache_node_lookups_total', POOLS)})"
     hits = f"sum by (pool) ({rate('flightcache_node_lookups_total', POOLS, RESULT_HIT)})"
     board = (
@@ -292,9 +284,7 @@ def overview():
         .with_panel(single(layout, "Nodes up", "Node processes serving metrics per pool.",
                            "short", f"count by (pool) ({m('flightcache_node_entries', POOLS)})"))
     )
-    for item in cache_panels(layout, POOLS, "pool", "{{pool}}"):
-        board = board.with_row(item) if isinstance(item, dash.Row) else board.with_panel(item)
-    return board.build()
+    return add_all(board, cache_panels(layout, POOLS, "pool", "{{pool}}")).build()
 
 
 def node():
@@ -303,11 +293,10 @@ def node():
         "flightcache-node",
         "FlightCache / Node",
         "One cache node: its cache, memory, ring and config, peers and rebalances.",
-        ["node"],
+        "flightcache_node_entries",
+        with_pod=True,
     )
-    board = variables(board, with_pod=True, source="flightcache_node_entries")
-    for item in cache_panels(layout, POD, "pod", "{{pod}}"):
-        board = board.with_row(item) if isinstance(item, dash.Row) else board.with_panel(item)
+    board = add_all(board, cache_panels(layout, POD, "pod", "{{pod}}"))
 
     def gauge(name):
         return f"max by (pod) ({m(name, POD)})"
@@ -356,9 +345,8 @@ def operator():
         "flightcache-operator",
         "FlightCache / Operator and rollouts",
         "Reconciles, rollout phases, nodes by state, config and ring convergence.",
-        ["operator"],
+        "flightcache_operator_pool_shards",
     )
-    board = variables(board, with_pod=False, source="flightcache_operator_pool_shards")
     reconciles = f"sum(rate(flightcache_operator_reconciles_total[{RATE}]))"
 
     def wanted(name):
