@@ -139,7 +139,10 @@ def variables(board, with_pod, source):
             dash.QueryVariable(name)
             .label(label)
             .datasource(DATASOURCE)
-            .query({"query": expr, "refId": f"{name}-query", "qryType": 1})
+            # qryType 5 is the Prometheus variable editor's "classic query": it shows and
+            # runs the label_values(...) text as written.
+            .query({"query": expr, "refId": "PrometheusVariableQueryEditor-VariableQuery",
+                    "qryType": 5})
             .refresh(dash_model.VariableRefresh.ON_TIME_RANGE_CHANGED)
             .sort(dash_model.VariableSort.ALPHABETICAL_ASC)
         )
