@@ -389,7 +389,7 @@ def operator():
         .with_panel(ts(layout, "Nodes by state",
                        "Ready, not ready and missing nodes per pool; they sum to the desired shards.",
                        "short",
-                       [(f"sum by (pool, state) ({m('flightcache_operator_pool_nodes', POOLS)})",
+                       [(f"max by (pool, state) ({m('flightcache_operator_pool_nodes', POOLS)})",
                          "{{pool}} {{state}}"),
                         (wanted("flightcache_operator_pool_shards"), "{{pool}} desired")],
                        stacked=False))
