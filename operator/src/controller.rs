@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crds::admin::AdminAction;
 use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
 use crds::node_config::{MemberState, NodeConfig, NodeDocument, Topology};
 use futures::StreamExt;
@@ -24,7 +25,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::build::{self, PoolLayout, names};
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PoolFigures, PoolLabels};
 use crate::nodes::NodeAdmin;
 use crate::observe::{self, Observed};
 use crate::plan::{self, NodeView, Phase, PoolObservation, PoolPlan, Step};
@@ -169,6 +170,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         .await;
     }
     run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
+    record_pool_metrics(&ctx.metrics, &cluster, &plans);
     let pools = pool_statuses(&cluster, &plans, cc.status.as_ref());
     let rolling_out = plans.iter().any(|(plan, _)| plan.rolling_out());
     let progressing = plans.iter().any(|(plan, _)| plan.progressing());
@@ -333,7 +335,7 @@ async fn run_steps(
                     for ((name, _), result) in targets.iter().zip(results) {
                         if let Err(err) = result {
                             tracing::warn!(pod = %name, error = %crate::chain(&err), "ring push failed");
-                            ctx.metrics.node_call_failed("configure");
+                            ctx.metrics.node_call_failed(AdminAction::Configure);
                             failed = true;
                         }
                     }
@@ -343,6 +345,9 @@ async fn run_steps(
                 }
                 Step::Rebalance(name, ip) => match admin.rebalance(ip).await {
                     Ok(moved) => {
+                        ctx.metrics
+                            .pools
+                            .rebalanced(&pool_labels(cluster, &pool.name), moved.moved);
                         tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, "rebalanced");
                         if moved.moved > 0 || moved.failed > 0 {
                             ctx.publish(
@@ -362,7 +367,7 @@ async fn run_steps(
                     }
                     Err(err) => {
                         tracing::warn!(pod = %name, error = %crate::chain(&err), "rebalance failed");
-                        ctx.metrics.node_call_failed("rebalance");
+                        ctx.metrics.node_call_failed(AdminAction::Rebalance);
                         break 'steps;
                     }
                 },
@@ -451,7 +456,7 @@ async fn run_steps(
                         }
                         Err(err) => {
                             tracing::warn!(pod = %name, error = %crate::chain(&err), "config push failed");
-                            ctx.metrics.node_call_failed("configure");
+                            ctx.metrics.node_call_failed(AdminAction::Configure);
                             break 'steps;
                         }
                     }
@@ -460,6 +465,32 @@ async fn run_steps(
         }
     }
     Ok(())
+}
+
+/// Sets the per-pool series of `cluster` and drops those of its removed pools.
+fn record_pool_metrics(
+    metrics: &Metrics,
+    cluster: &ValidatedCluster,
+    plans: &[(PoolPlan, PoolObservation)],
+) {
+    for (pool, (plan, observation)) in cluster.pools.iter().zip(plans) {
+        let figures = PoolFigures::compute(pool, cluster.generation, plan, observation);
+        metrics
+            .pools
+            .record(&pool_labels(cluster, &pool.name), &figures);
+    }
+    let wanted: BTreeSet<String> = cluster.pools.iter().map(|p| p.name.clone()).collect();
+    metrics
+        .pools
+        .retain_pools(&cluster.namespace, &cluster.name, &wanted);
+}
+
+fn pool_labels(cluster: &ValidatedCluster, pool: &str) -> PoolLabels {
+    PoolLabels {
+        namespace: cluster.namespace.clone(),
+        cachecluster: cluster.name.clone(),
+        pool: pool.to_owned(),
+    }
 }
 
 fn describe_ring(topology: &Topology) -> String {
@@ -626,6 +657,7 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
     let owned =
         watcher::Config::default().labels(&format!("app.kubernetes.io/name={}", names::APP_NAME));
     ctx.metrics.ready.store(true, Ordering::Relaxed);
+    let metrics = Arc::clone(&ctx.metrics);
     tracing::info!(namespace = ?watch_namespace, "controller running");
     Controller::new(clusters, watcher::Config::default())
         .owns(statefulsets, owned.clone())
@@ -634,10 +666,20 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
         .owns(pdbs, owned)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(cachecluster = %object.name, "reconciled"),
-                Err(err) => tracing::debug!(error = %err, "reconcile did not complete"),
+        .for_each(|result| {
+            let metrics = Arc::clone(&metrics);
+            async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(cachecluster = %object.name, "reconciled"),
+                    // A deleted CacheCluster: its per-pool series go with it.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                        metrics.pools.forget_cluster(
+                            object.namespace.as_deref().unwrap_or_default(),
+                            &object.name,
+                        );
+                    }
+                    Err(err) => tracing::debug!(error = %err, "reconcile did not complete"),
+                }
             }
         })
         .await;

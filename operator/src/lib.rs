@@ -34,17 +34,7 @@ use crate::controller::Context;
 use crate::metrics::Metrics;
 use crate::validate::Defaults;
 
-/// An error and its sources on one line.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}
+pub(crate) use crds::chain;
 
 /// Runs the operator: metrics server, optional leader election, controller.
 ///
