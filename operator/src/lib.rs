@@ -7,13 +7,15 @@
 //!   with handoff, scaling); [`ring`]: the published ring; [`nodes`]: calls to nodes.
 //! - [`rollout`]: pod readiness and template readers; [`status`]: conditions and pool
 //!   figures.
-//! - [`controller`]: the loop; [`leader`]: Lease election; [`metrics`]: Prometheus.
+//! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
+//!   election; [`metrics`]: Prometheus.
 
 pub mod apply;
 pub mod build;
 pub mod config;
 pub mod controller;
 pub mod error;
+mod execute;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;

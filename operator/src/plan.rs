@@ -130,6 +130,11 @@ impl Phase {
         "scaling_in",
     ];
 
+    /// Whether a change of running nodes (config, ring, restarts) is under way.
+    pub fn rolling_out(&self) -> bool {
+        !matches!(self, Self::Settled | Self::WaitingForNodes)
+    }
+
     /// The phase's name in snake_case, without the nodes it concerns.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -163,7 +168,7 @@ impl PoolPlan {
 
     /// Whether a change of running nodes (config, ring, restarts) is under way.
     pub fn rolling_out(&self) -> bool {
-        !matches!(self.phase, Phase::Settled | Phase::WaitingForNodes)
+        self.phase.rolling_out()
     }
 }
 

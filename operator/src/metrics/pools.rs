@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::plan::{Phase, PoolObservation, PoolPlan};
-use crate::validate::ValidatedPool;
+use crate::validate::{ValidatedCluster, ValidatedPool};
 
 /// One pool of one CacheCluster.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -22,6 +22,17 @@ pub(crate) struct PoolLabels {
     pub(crate) namespace: String,
     pub(crate) cachecluster: String,
     pub(crate) pool: String,
+}
+
+impl PoolLabels {
+    /// The labels of `pool` in `cluster`.
+    pub(crate) fn of(cluster: &ValidatedCluster, pool: &str) -> Self {
+        Self {
+            namespace: cluster.namespace.clone(),
+            cachecluster: cluster.name.clone(),
+            pool: pool.to_owned(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
