@@ -85,6 +85,7 @@ pub async fn apply_all(client: &Client, namespace: &str, desired: &[DesiredPool]
         apply(client, namespace, &pool.client_service).await?;
         apply(client, namespace, &pool.pdb).await?;
         apply(client, namespace, &pool.statefulset).await?;
+        tracing::debug!(pool = %pool.pool, "applied the pool's objects");
     }
     Ok(())
 }

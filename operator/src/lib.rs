@@ -1,29 +1,29 @@
 //! FlightCache operator: reconciles `CacheCluster` resources into pools of Arrow Flight
 //! cache nodes (ConfigMap, headless and client Services, PDB, StatefulSet per pool).
 //!
-//! - [`validate`]: CacheCluster → validated model; [`build`]: pure object builders.
-//! - [`observe`], [`apply`]: read-only I/O and server-side apply.
-//! - [`plan`]: the pure per-pass planner (ring states, live config, resizes, restarts
-//!   with handoff, scaling); [`ring`]: the published ring; [`nodes`]: calls to nodes.
-//! - [`rollout`]: pod readiness and template readers; [`status`]: conditions and pool
+//! - [`validate`]: CacheCluster → validated model; `build`: pure object builders.
+//! - `observe`, `apply`: read-only I/O and server-side apply.
+//! - `plan`: the pure per-pass planner (ring states, live config, resizes, restarts
+//!   with handoff, scaling); `ring`: the published ring; `nodes`: calls to nodes.
+//! - `rollout`: pod readiness and template readers; `status`: conditions and pool
 //!   figures.
 //! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
 //!   election; [`metrics`]: Prometheus.
 
-pub mod apply;
-pub mod build;
+pub(crate) mod apply;
+pub(crate) mod build;
 pub mod config;
 pub mod controller;
 pub mod error;
 mod execute;
 pub mod leader;
 pub mod metrics;
-pub mod nodes;
-pub mod observe;
-pub mod plan;
-pub mod ring;
-pub mod rollout;
-pub mod status;
+pub(crate) mod nodes;
+pub(crate) mod observe;
+pub(crate) mod plan;
+pub(crate) mod ring;
+pub(crate) mod rollout;
+pub(crate) mod status;
 pub mod telemetry;
 pub mod validate;
 

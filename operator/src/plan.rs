@@ -165,11 +165,6 @@ impl PoolPlan {
     pub fn progressing(&self) -> bool {
         self.phase != Phase::Settled
     }
-
-    /// Whether a change of running nodes (config, ring, restarts) is under way.
-    pub fn rolling_out(&self) -> bool {
-        self.phase.rolling_out()
-    }
 }
 
 /// The plan for `pool` given what was observed.
