@@ -23,7 +23,7 @@ use crate::flight::passthrough::DoGetRelay;
 use crate::live::{LiveConfig, chain};
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
-use crate::store::{Store, SystemClock};
+use crate::store::{Clock, Store, SystemClock};
 use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.
@@ -50,8 +50,8 @@ pub enum ServerError {
     #[error("topology refused")]
     Topology(#[source] crate::error::Error),
     /// The store configuration was refused.
-    #[error("store configuration refused: {0}")]
-    Store(String),
+    #[error("store configuration refused")]
+    Store(#[source] crate::store::Error),
 }
 
 /// A running node; stop it with [`RunningNode::shutdown`].
@@ -89,12 +89,13 @@ impl RunningNode {
     }
 }
 
-/// Binds the listeners and starts every task of a node.
+/// Binds the listeners and starts every task of a node, its store reading time from
+/// `clock` (the system clock in production, a manual one in tests).
 ///
 /// # Errors
 /// [`ServerError::Bind`] when an address is taken, [`ServerError::Store`] for a store
 /// configuration the store refuses.
-pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
+pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode, ServerError> {
     let Config {
         listen,
         metrics_listen,
@@ -110,10 +111,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
-    let store = Arc::new(
-        Store::new(store_config.clone(), Arc::new(SystemClock::new()))
-            .map_err(|e| ServerError::Store(e.to_string()))?,
-    );
+    let store = Arc::new(Store::new(store_config.clone(), clock).map_err(ServerError::Store)?);
     let live = Arc::new(LiveConfig::new(generation, store_config, location_mode));
     let metrics = Arc::new(Metrics::new(
         Arc::clone(&store),
@@ -220,7 +218,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
 /// # Errors
 /// See [`start`] and [`RunningNode::shutdown`].
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-    let node = start(config).await?;
+    let node = start(config, Arc::new(SystemClock::new())).await?;
     shutdown.await;
     node.shutdown().await
 }

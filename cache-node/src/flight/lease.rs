@@ -13,12 +13,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::Notify;
+// Tokio's clock, so the tests can pause time instead of sleeping.
+use tokio::time::Instant;
 
 use crate::store::Store;
 
@@ -119,7 +121,7 @@ impl Leases {
                 return LeaseOutcome::Filled;
             }
             let wake = until.min(deadline);
-            let _ = tokio::time::timeout_at(wake.into(), notified).await;
+            let _ = tokio::time::timeout_at(wake, notified).await;
         }
     }
 
@@ -161,7 +163,7 @@ mod tests {
         pending.commit(batch.schema(), vec![batch], None).unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn concurrent_misses_get_one_lease_and_wait_for_its_put() {
         let store = store();
         let leases = Arc::new(Leases::default());
@@ -194,7 +196,7 @@ mod tests {
         assert_eq!(leases.acquire(&key, &store).await, LeaseOutcome::Hit);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_expired_lease_passes_to_the_next_caller_and_waiting_times_out() {
         let store = store();
         let leases = Leases::new(Duration::from_millis(50), Duration::from_millis(20));

@@ -64,7 +64,7 @@ pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
 pub use self::entry::Entry;
 pub use self::put::PendingPut;
 use self::state::Inner;
-pub use self::weight::{batch_weight, compact_batch, entry_weight};
+pub use self::weight::{batch_weight, entry_weight};
 pub use self::wire::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 
 /// Budget held for bytes of a put still arriving; released on drop.
@@ -300,7 +300,7 @@ impl Shared {
 /// use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 /// use bytes::Bytes;
 /// use cache_node::store::{
-///     EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight, compact_batch,
+///     EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight,
 /// };
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -314,11 +314,10 @@ impl Shared {
 /// };
 /// let store = Store::new(config, Arc::new(ManualClock::new()))?;
 ///
-/// // A DoPut: compact and reserve each batch as it arrives, then commit.
+/// // A DoPut: reserve each batch as it arrives, then commit (sealing it).
 /// let column: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
-/// let received = RecordBatch::try_from_iter([("n", column)])?;
+/// let batch = RecordBatch::try_from_iter([("n", column)])?;
 /// let mut put = store.begin_put(Bytes::from_static(b"sales/2024"));
-/// let batch = compact_batch(&received)?;
 /// put.reserve(batch_weight(&batch))?;
 /// put.commit(batch.schema(), vec![batch], None)?;
 ///
