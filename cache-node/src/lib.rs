@@ -2,7 +2,9 @@
 //! batches) under keys, within a strict byte budget.
 //!
 //! - [`config`]: flags, environment and config file into one validated [`config::Config`].
-//! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC.
+//! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC, no Flight.
+//! - [`wire`]: all gRPC/HTTP/2 framing: sealing entries into frames, DoPut intake
+//!   reservations, serving stored frames and relaying forwarded DoGets.
 //! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
@@ -19,3 +21,4 @@ pub mod routing;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod wire;

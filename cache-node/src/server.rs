@@ -19,11 +19,12 @@ use tonic::transport::server::TcpIncoming;
 use crate::config::{Config, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::flight::auth::Auth;
-use crate::flight::passthrough::DoGetRelay;
 use crate::live::{LiveConfig, chain};
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
+use crate::wire::intake::IntakeLayer;
+use crate::wire::relay::DoGetRelay;
 use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.
@@ -144,7 +145,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         .max_decoding_message_size(decode_limit)
         .max_encoding_message_size(decode_limit);
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
-    let flight_service = DoGetRelay::new(flight_service, service);
+    let flight_service = IntakeLayer::new(flight_service, Arc::clone(&store));
+    let flight_service = DoGetRelay::new(flight_service, service.relay_node());
 
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();
@@ -164,7 +166,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         let serve = tonic::transport::Server::builder()
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(8 << 20)
-            .max_frame_size(crate::flight::MAX_INCOMING_FRAME_BYTES as u32)
+            .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
             .add_service(health_service)
             .add_service(flight_service)
             .serve_with_incoming_shutdown(incoming, shutdown_requested);

@@ -168,6 +168,16 @@ pub struct Sender {
     pub ring_version: u64,
 }
 
+impl Sender {
+    /// The sender of requests forwarded by the node routing with `routing`.
+    pub fn of(routing: &crate::routing::members::RoutingTable) -> Self {
+        Self {
+            member: routing.self_id().unwrap_or("-").to_owned(),
+            ring_version: routing.version(),
+        }
+    }
+}
+
 /// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
 pub fn add_forwarding_headers(
     headers: &mut tonic::codegen::http::HeaderMap,

@@ -10,10 +10,8 @@
 pub mod actions;
 pub mod auth;
 pub mod forward;
-mod intake;
 pub mod lease;
 mod list;
-pub mod passthrough;
 pub mod put;
 pub mod rebalance;
 mod replica;
@@ -49,9 +47,7 @@ pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
 
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
-pub const MAX_FLIGHT_DATA_BYTES: usize = crate::store::wire::MAX_MESSAGE_BODY_BYTES;
-
-pub use intake::MAX_INCOMING_FRAME_BYTES;
+pub const MAX_FLIGHT_DATA_BYTES: usize = crate::wire::seal::MAX_MESSAGE_BODY_BYTES;
 
 /// How long a Handshake waits for the client to finish sending after the reply.
 const HANDSHAKE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -96,9 +92,17 @@ impl FlightCacheService {
     }
 
     fn sender(&self) -> forward::Sender {
-        forward::Sender {
-            member: self.routing.self_id().unwrap_or("-").to_owned(),
-            ring_version: self.routing.version(),
+        forward::Sender::of(&self.routing)
+    }
+
+    /// What the DoGet relay in front of this service shares with it.
+    pub fn relay_node(&self) -> crate::wire::relay::RelayNode {
+        crate::wire::relay::RelayNode {
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(&self.metrics),
+            auth: self.auth.clone(),
+            routing: Arc::clone(&self.routing),
+            peers: self.peers.clone(),
         }
     }
 

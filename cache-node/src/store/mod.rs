@@ -42,10 +42,10 @@ mod entry;
 mod eviction;
 mod expiry;
 mod put;
+mod sealed;
 mod sketch;
 mod state;
 pub mod weight;
-pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -63,9 +63,10 @@ pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
 pub use self::entry::Entry;
 pub use self::put::PendingPut;
+pub use self::sealed::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 use self::state::Inner;
+pub use self::weight::BATCH_OVERHEAD_BYTES;
 pub use self::weight::{batch_weight, entry_weight};
-pub use self::wire::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 
 /// Budget held for bytes of a put still arriving; released on drop.
 pub struct IntakeReservation {

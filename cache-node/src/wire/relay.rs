@@ -13,15 +13,12 @@
 //! saves the forwarding node a decode into a per-message buffer and a prost re-encode
 //! into another, for each ≤ 2 MiB message (see docs/benchmarks.md).
 //!
-//! A DoPut's request body is wrapped so each message's bytes are reserved in the budget
-//! as soon as its length is known (`flight/intake.rs`).
-//!
 //! Everything else goes to the generated server unchanged, and so does a DoGet this
 //! relay does not take: a miss here, a forwarded request this node does not hold, one
 //! that fails auth or carries an unusual body, an owner that cannot be reached (the normal
 //! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
-//! Does network I/O.
+//! Does network I/O. Must not import the Flight service itself (`flight/mod.rs`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -36,31 +33,49 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use super::FlightCacheService;
-use super::forward::{self, CALL_TIMEOUT};
-use super::intake::IntakeBody;
-use super::ticket::CacheTicket;
+use crate::flight::auth::Auth;
+use crate::flight::forward::{self, CALL_TIMEOUT, Peers};
+use crate::flight::ticket::CacheTicket;
+use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
 use crate::routing::members::Route;
+use crate::routing::members::RoutingTable;
+use crate::store::Store;
+use std::sync::Arc;
 
 /// The gRPC path of DoGet.
 const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
-/// The gRPC path of DoPut.
-const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 /// Largest DoGet request body read here (a ticket is a key of at most 64 KiB).
 const MAX_REQUEST_BYTES: usize = 80 << 10;
 
-/// The Flight server `S` with forwarded DoGets relayed at the HTTP/2 level.
+/// What the relay needs of the node: the store it serves hits from, the ring it routes
+/// by, the pooled peer channels, the auth check and the RPC metrics.
+#[derive(Debug, Clone)]
+pub struct RelayNode {
+    /// The node's store.
+    pub store: Arc<Store>,
+    /// The RPC metrics.
+    pub metrics: Arc<Metrics>,
+    /// The bearer-token check.
+    pub auth: Auth,
+    /// The ring.
+    pub routing: Arc<RoutingTable>,
+    /// The pooled channels to peers (shared with the Flight service).
+    pub peers: Peers,
+}
+
+/// The Flight server `S` with DoGet hits served from stored frames and forwarded DoGets
+/// relayed at the HTTP/2 level. Only DoGet is touched.
 #[derive(Debug, Clone)]
 pub struct DoGetRelay<S> {
     inner: S,
-    service: FlightCacheService,
+    node: RelayNode,
 }
 
 impl<S> DoGetRelay<S> {
-    /// Wraps `inner` (the generated server over `service`).
-    pub fn new(inner: S, service: FlightCacheService) -> Self {
-        Self { inner, service }
+    /// Wraps `inner` (the generated Flight server of the same node).
+    pub fn new(inner: S, node: RelayNode) -> Self {
+        Self { inner, node }
     }
 }
 
@@ -85,20 +100,13 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() == DO_PUT_PATH {
-            // Reserve each message's bytes as soon as its length is known.
-            let (parts, body) = request.into_parts();
-            let body = IntakeBody::new(body, std::sync::Arc::clone(&self.service.store));
-            let request = http::Request::from_parts(parts, Body::new(body));
-            return Box::pin(self.inner.call(request));
-        }
         if request.uri().path() != DO_GET_PATH {
             return Box::pin(self.inner.call(request));
         }
         // The ready clone answers this call; a fresh clone waits for the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let service = self.service.clone();
+        let service = self.node.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let Some(message) = read_small_body(body).await else {
@@ -114,7 +122,7 @@ where
     }
 }
 
-impl FlightCacheService {
+impl RelayNode {
     /// Relays a DoGet to the ticket's owner if this relay takes it (see the module docs);
     /// `None` hands it to the normal path.
     async fn relay_do_get(
@@ -145,7 +153,11 @@ impl FlightCacheService {
             .header("te", "trailers")
             .body(Body::new(Once(Some(message.clone()))))
             .ok()?;
-        forward::add_forwarding_headers(outgoing.headers_mut(), &metadata, &self.sender());
+        forward::add_forwarding_headers(
+            outgoing.headers_mut(),
+            &metadata,
+            &forward::Sender::of(&self.routing),
+        );
         let call = async {
             std::future::poll_fn(|cx| channel.poll_ready(cx)).await?;
             channel.call(outgoing).await
@@ -183,7 +195,7 @@ impl FlightCacheService {
     }
 }
 
-impl FlightCacheService {
+impl RelayNode {
     /// Answers a DoGet for `key` from this node's store with the entry's stored frames;
     /// `None` (a miss) hands it to the normal path, which reports the miss or asks the
     /// second copy.
