@@ -10,6 +10,7 @@
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 
+pub mod cgroup;
 pub mod client;
 pub mod config;
 pub mod error;

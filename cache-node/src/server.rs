@@ -272,13 +272,6 @@ async fn sweep_expired(store: Arc<Store>) {
     }
 }
 
-/// Whether this process runs under a cgroup (v2) memory limit, i.e. in a container with
-/// `resources.limits.memory`.
-fn in_memory_limited_cgroup() -> bool {
-    std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .is_ok_and(|limit| !limit.trim().is_empty() && limit.trim() != "max")
-}
-
 /// Re-reads the config file when its content changes and applies its live fields. A
 /// bad file is logged and ignored; the running config stays.
 async fn watch_config_file(
@@ -312,7 +305,7 @@ async fn watch_config_file(
         // limit, which the operator changes in step with it through `configure` (limit
         // raised before the budget, budget lowered before the limit); the file can show
         // the new budget before the limit has moved, so there it is read at start only.
-        let (memory_budget, max_entry_size) = if in_memory_limited_cgroup() {
+        let (memory_budget, max_entry_size) = if crate::cgroup::memory_limit_bytes().is_some() {
             (None, None)
         } else {
             (doc.memory_budget.clone(), doc.max_entry_size.clone())

@@ -76,10 +76,10 @@ impl FlightCacheService {
         Self {
             store,
             live,
+            peers: forward::Peers::with_metrics(Arc::clone(&metrics)),
             metrics,
             auth,
             routing,
-            peers: forward::Peers::default(),
             leases: Arc::new(lease::Leases::default()),
         }
     }
@@ -395,8 +395,10 @@ impl FlightService for FlightCacheService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let timer = self.metrics.rpc("DoGet");
+        let mut timer = self.metrics.rpc("DoGet");
         let (metadata, _, ticket) = request.into_parts();
+        // Set when a peer's copy answered, so the hit is counted as forwarded.
+        let relayed = std::sync::atomic::AtomicBool::new(false);
         let result = async {
             self.auth.check(&metadata)?;
             let key = CacheTicket::try_decode(&ticket.ticket)?.key;
@@ -416,12 +418,21 @@ impl FlightService for FlightCacheService {
                 |peer| {
                     let ticket = ticket.clone();
                     let (peers, sender, metadata) = (&self.peers, &sender, &metadata);
-                    async move { forward::do_get(peers, &peer, sender, ticket, metadata).await }
+                    let relayed = &relayed;
+                    async move {
+                        let stream =
+                            forward::do_get(peers, &peer, sender, ticket, metadata).await?;
+                        relayed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        Ok(stream)
+                    }
                 },
             )
             .await
         }
         .await;
+        if relayed.load(std::sync::atomic::Ordering::Relaxed) {
+            timer.set_forwarded();
+        }
         match result {
             Ok(stream) => Ok(Response::new(timed(stream, timer))),
             Err(err) => finish(timer, Err(err)),

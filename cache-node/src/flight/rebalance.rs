@@ -85,7 +85,15 @@ impl FlightCacheService {
                 reason: format!("{err}; send JSON like {{\"dryRun\": true, \"limit\": 100}}"),
             })?
         };
-        let report = self.run_rebalance(&request, metadata).await;
+        let report = if request.dry_run {
+            self.run_rebalance(&request, metadata).await
+        } else {
+            let _running = RebalanceGauges::start(&self.metrics);
+            let report = self.run_rebalance(&request, metadata).await;
+            self.metrics
+                .rebalance_finished(report.failed == 0 && report.copy_failed == 0);
+            report
+        };
         tracing::info!(
             moved = report.moved,
             moved_bytes = report.moved_bytes,
@@ -161,11 +169,15 @@ impl FlightCacheService {
         if request.dry_run {
             return report;
         }
+        self.metrics
+            .rebalance_pending_entries
+            .set(i64::try_from(plan.len()).unwrap_or(i64::MAX));
         // `buffered` starts the sends in plan order (hottest first).
         let mut sends = futures::stream::iter(plan)
             .map(|(entry, peers)| self.hand_over(entry, peers, metadata))
             .buffered(CONCURRENCY);
         while let Some(outcome) = sends.next().await {
+            self.metrics.rebalance_pending_entries.dec();
             match outcome {
                 Handover::Moved(bytes) => {
                     report.moved += 1;
@@ -317,4 +329,22 @@ enum Handover {
     /// It expired, or was invalidated while being sent (the copies are then undone):
     /// counted as kept, i.e. not moved by this call.
     Vanished,
+}
+
+/// `rebalance_in_progress` is 1 while it lives; both rebalance gauges go back to 0 when
+/// it is dropped, however the rebalance ended.
+struct RebalanceGauges<'a>(&'a crate::metrics::Metrics);
+
+impl<'a> RebalanceGauges<'a> {
+    fn start(metrics: &'a crate::metrics::Metrics) -> Self {
+        metrics.rebalance_in_progress.set(1);
+        Self(metrics)
+    }
+}
+
+impl Drop for RebalanceGauges<'_> {
+    fn drop(&mut self) {
+        self.0.rebalance_in_progress.set(0);
+        self.0.rebalance_pending_entries.set(0);
+    }
 }

@@ -34,12 +34,12 @@ use tonic::server::NamedService;
 use tonic::{Code, Status};
 
 use crate::flight::auth::Auth;
-use crate::flight::forward::{self, CALL_TIMEOUT, Peers};
+use crate::flight::forward::{self, CALL_TIMEOUT, PeerError, Peers};
 use crate::flight::ticket::CacheTicket;
 use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
-use crate::routing::members::Route;
 use crate::routing::members::RoutingTable;
+use crate::routing::members::{Peer, Route};
 use crate::store::Store;
 use std::sync::Arc;
 
@@ -144,8 +144,10 @@ impl RelayNode {
             Route::Forward(_) if forwarded.is_some() => return None,
             Route::Forward(peer) => peer,
         };
-        let timer = self.metrics.rpc("DoGet");
+        let mut timer = self.metrics.rpc("DoGet");
+        timer.set_forwarded();
         let mut channel = self.peers.channel(peer).ok()?;
+        self.peers.count_call(peer, "DoGet");
         let mut outgoing = http::Request::builder()
             .method(http::Method::POST)
             .uri(DO_GET_PATH)
@@ -166,13 +168,22 @@ impl RelayNode {
             Ok(Ok(response)) => response,
             // Unreachable or too slow: the normal path names the owner or asks the second
             // copy. The timer is dropped unrecorded (the normal path records the call).
-            Ok(Err(_)) | Err(_) => {
+            Ok(Err(_)) => {
+                self.peers.count_error(PeerError::Unreachable, peer);
+                timer.discard();
+                return None;
+            }
+            Err(_) => {
+                self.peers.count_error(PeerError::Timeout, peer);
                 timer.discard();
                 return None;
             }
         };
         // A trailers-only answer carries its status in the headers.
         let early = Status::from_header_map(response.headers()).map(|status| status.code());
+        if early == Some(Code::Unavailable) {
+            self.peers.count_error(PeerError::Refused, peer);
+        }
         if let Some(code) = early
             && choices.len() > 1
             && matches!(code, Code::NotFound | Code::Unavailable)
@@ -188,7 +199,8 @@ impl RelayNode {
             body,
             timer: Some(timer),
             code: early.unwrap_or(Code::Ok),
-            owner: peer.id.to_string(),
+            owner: peer.clone(),
+            peers: self.peers.clone(),
             ended: false,
         };
         Some(http::Response::from_parts(head, Body::new(timed)))
@@ -341,7 +353,8 @@ struct Timed {
     body: Body,
     timer: Option<RpcTimer>,
     code: Code,
-    owner: String,
+    owner: Peer,
+    peers: Peers,
     ended: bool,
 }
 
@@ -349,12 +362,13 @@ impl Timed {
     fn broken_off(&mut self, cause: &Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.ended = true;
         self.code = Code::Unavailable;
+        self.peers.count_error(PeerError::Broken, &self.owner);
         if let Some(timer) = self.timer.take() {
             timer.finish(self.code);
         }
         let status = Status::unavailable(format!(
             "owner {} ended its answer early ({}: {}); retry",
-            self.owner,
+            self.owner.id,
             cause.code(),
             cause.message()
         ));
@@ -484,7 +498,11 @@ mod tests {
             body: Body::new(BreaksOff(0)),
             timer: None,
             code: Code::Ok,
-            owner: "pool-2".into(),
+            owner: Peer {
+                id: "pool-2".into(),
+                address: "127.0.0.1:1".into(),
+            },
+            peers: Peers::default(),
             ended: false,
         };
         let first = next_frame(&mut timed).await.unwrap().unwrap();
