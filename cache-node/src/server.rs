@@ -19,12 +19,13 @@ use tonic::transport::server::TcpIncoming;
 use crate::config::{Config, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::flight::auth::Auth;
+use crate::flight::forward::Peers;
 use crate::live::{LiveConfig, chain};
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
 use crate::wire::intake::IntakeLayer;
-use crate::wire::relay::DoGetRelay;
+use crate::wire::relay::{DoGetRelay, RelayNode};
 use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.
@@ -119,12 +120,23 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         Arc::clone(&live),
         Arc::clone(&routing),
     ));
+    let auth = Auth::new(auth_token);
+    // One pool of peer channels for the Flight service and the DoGet relay.
+    let peers = Peers::with_metrics(Arc::clone(&metrics));
+    let relay_node = RelayNode {
+        store: Arc::clone(&store),
+        metrics: Arc::clone(&metrics),
+        auth: auth.clone(),
+        routing: Arc::clone(&routing),
+        peers: peers.clone(),
+    };
     let service = FlightCacheService::new(
         Arc::clone(&store),
         Arc::clone(&live),
         Arc::clone(&metrics),
-        Auth::new(auth_token),
+        auth,
         Arc::clone(&routing),
+        peers,
     );
 
     let (flight_listener, flight_addr) = bind(listen).await?;
@@ -146,7 +158,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         .max_encoding_message_size(decode_limit);
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
     let flight_service = IntakeLayer::new(flight_service, Arc::clone(&store));
-    let flight_service = DoGetRelay::new(flight_service, service.relay_node());
+    let flight_service = DoGetRelay::new(flight_service, relay_node);
 
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();

@@ -211,23 +211,6 @@ impl Sender {
     }
 }
 
-/// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
-pub fn add_forwarding_headers(
-    headers: &mut tonic::codegen::http::HeaderMap,
-    incoming: &MetadataMap,
-    sender: &Sender,
-) {
-    if let Some(auth) = incoming.get("authorization").and_then(|v| v.to_str().ok())
-        && let Ok(value) = auth.parse()
-    {
-        headers.insert("authorization", value);
-    }
-    if let Ok(member) = sender.member.parse() {
-        headers.insert(FORWARDED_HEADER, member);
-    }
-    headers.insert(RING_VERSION_HEADER, sender.ring_version.into());
-}
-
 fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T> {
     let mut request = Request::new(message);
     let metadata = request.metadata_mut();

@@ -65,18 +65,19 @@ pub struct FlightCacheService {
 }
 
 impl FlightCacheService {
-    /// A service over `store`.
+    /// A service over `store`, calling peers over `peers` (shared with the DoGet relay).
     pub fn new(
         store: Arc<Store>,
         live: Arc<LiveConfig>,
         metrics: Arc<Metrics>,
         auth: Auth,
         routing: Arc<RoutingTable>,
+        peers: forward::Peers,
     ) -> Self {
         Self {
             store,
             live,
-            peers: forward::Peers::with_metrics(Arc::clone(&metrics)),
+            peers,
             metrics,
             auth,
             routing,
@@ -93,17 +94,6 @@ impl FlightCacheService {
 
     fn sender(&self) -> forward::Sender {
         forward::Sender::of(&self.routing)
-    }
-
-    /// What the DoGet relay in front of this service shares with it.
-    pub fn relay_node(&self) -> crate::wire::relay::RelayNode {
-        crate::wire::relay::RelayNode {
-            store: Arc::clone(&self.store),
-            metrics: Arc::clone(&self.metrics),
-            auth: self.auth.clone(),
-            routing: Arc::clone(&self.routing),
-            peers: self.peers.clone(),
-        }
     }
 
     /// Runs `invalidate-prefix` / `clear` on every other member too and adds up their

@@ -155,7 +155,7 @@ impl RelayNode {
             .header("te", "trailers")
             .body(Body::new(Once(Some(message.clone()))))
             .ok()?;
-        forward::add_forwarding_headers(
+        add_forwarding_headers(
             outgoing.headers_mut(),
             &metadata,
             &forward::Sender::of(&self.routing),
@@ -296,6 +296,23 @@ fn ticket_bytes(message: &Bytes) -> Option<Bytes> {
     }
     let size = usize::try_from(size).ok()?;
     (buf.remaining() == size).then(|| buf.copy_to_bytes(size))
+}
+
+/// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
+fn add_forwarding_headers(
+    headers: &mut http::HeaderMap,
+    incoming: &MetadataMap,
+    sender: &forward::Sender,
+) {
+    if let Some(auth) = incoming.get("authorization").and_then(|v| v.to_str().ok())
+        && let Ok(value) = auth.parse()
+    {
+        headers.insert("authorization", value);
+    }
+    if let Ok(member) = sender.member.parse() {
+        headers.insert(forward::FORWARDED_HEADER, member);
+    }
+    headers.insert(forward::RING_VERSION_HEADER, sender.ring_version.into());
 }
 
 /// Reads a request body of at most [`MAX_REQUEST_BYTES`]; `None` if it is larger or
