@@ -1,6 +1,7 @@
 //! FlightCache cache node: an Arrow Flight server that holds query results (Arrow record
 //! batches) under keys, within a strict byte budget.
 //!
+//! - [`auth`]: the one authentication layer in front of every Flight call.
 //! - [`config`]: flags, environment and config file into one validated [`config::Config`].
 //! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC, no Flight.
 //! - [`wire`]: all gRPC/HTTP/2 framing: sealing entries into frames, DoPut intake
@@ -10,6 +11,7 @@
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 
+pub mod auth;
 pub mod cgroup;
 pub mod client;
 pub mod config;

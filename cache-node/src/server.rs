@@ -16,9 +16,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
+use crate::auth::{Auth, AuthLayer};
 use crate::config::{Config, read_config_file};
 use crate::flight::FlightCacheService;
-use crate::flight::auth::Auth;
 use crate::flight::forward::Peers;
 use crate::live::{LiveConfig, chain};
 use crate::metrics::Metrics;
@@ -126,7 +126,6 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let relay_node = RelayNode {
         store: Arc::clone(&store),
         metrics: Arc::clone(&metrics),
-        auth: auth.clone(),
         routing: Arc::clone(&routing),
         peers: peers.clone(),
     };
@@ -134,7 +133,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         Arc::clone(&store),
         Arc::clone(&live),
         Arc::clone(&metrics),
-        auth,
+        auth.clone(),
         Arc::clone(&routing),
         peers,
     );
@@ -159,6 +158,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
     let flight_service = IntakeLayer::new(flight_service, Arc::clone(&store));
     let flight_service = DoGetRelay::new(flight_service, relay_node);
+    // Outermost: no call reaches the relay, the intake or the service unauthenticated.
+    let flight_service = AuthLayer::new(flight_service, auth, Arc::clone(&metrics));
 
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();
