@@ -14,3 +14,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "flightcache.fullname" -}}{{ .Release.Name }}-operator{{- end -}}
+
+{{- /*
+Fails the render when a monitoring.coreos.com object is enabled but the cluster does not serve
+that API (the Prometheus Operator CRDs are missing), unless monitoring.skipCapabilitiesCheck.
+Argument: (list $ "monitoring.prometheusRule.enabled").
+*/ -}}
+{{- define "flightcache.requireMonitoringAPI" -}}
+{{- $root := index . 0 -}}
+{{- if not (or $root.Values.monitoring.skipCapabilitiesCheck ($root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
+{{- fail (printf "%s is true, but the cluster does not serve monitoring.coreos.com/v1: install the Prometheus Operator CRDs first, turn %s off, or set monitoring.skipCapabilitiesCheck=true (e.g. for helm template without --api-versions monitoring.coreos.com/v1)" (index . 1) (index . 1)) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,548 @@
+//! The node-admin contract: the Flight `DoAction` types a cache node offers, with the
+//! request and answer body of each.
+//!
+//! The node answers with these types, the operator and the load generator read them, so
+//! a field renamed on one side is a compile error on the other. Every enum reaches the
+//! wire through serde or its `as_str` (the same spelling), never through `Debug`.
+//!
+//! | action | request body | answer |
+//! |---|---|---|
+//! | `ping` | empty | the bytes [`PONG`] |
+//! | `invalidate` | a path key or a ticket | [`InvalidateAnswer`] |
+//! | `invalidate-prefix` | a non-empty path prefix | [`RemovedAnswer`] |
+//! | `clear` | empty | [`RemovedAnswer`] |
+//! | `stats` | empty | [`StatsAnswer`] |
+//! | `configure` | a [`NodeDocument`](crate::node_config::NodeDocument) | [`ConfigureAnswer`] |
+//! | `topology` | empty | [`TopologyAnswer`] |
+//! | `lease` | a path key or a ticket | [`LeaseAnswer`] |
+//! | `rebalance` | empty or a [`RebalanceRequest`] | [`RebalanceAnswer`] |
+//!
+//! Answers are JSON with camelCase field names. Pure: no I/O.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::node_config::{EvictionPolicy, LocationMode, MemberState, TopologyMember, TtlMode};
+use crate::quantity;
+
+/// The answer to `ping`.
+pub const PONG: &[u8] = b"pong";
+
+/// An admin action a node offers (the Flight action type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdminAction {
+    /// Liveness check.
+    Ping,
+    /// Remove one key.
+    Invalidate,
+    /// Remove every path key with a prefix.
+    InvalidatePrefix,
+    /// Remove everything.
+    Clear,
+    /// Counters, limits and the running config generation.
+    Stats,
+    /// Apply a live config document and/or a ring.
+    Configure,
+    /// The ring the node routes by.
+    Topology,
+    /// A fill lease for a missing key (miss coalescing).
+    Lease,
+    /// Hand entries the node no longer owns to their owners.
+    Rebalance,
+}
+
+impl AdminAction {
+    /// Every action, in ListActions order.
+    pub const ALL: [Self; 9] = [
+        Self::Ping,
+        Self::Invalidate,
+        Self::InvalidatePrefix,
+        Self::Clear,
+        Self::Stats,
+        Self::Configure,
+        Self::Topology,
+        Self::Lease,
+        Self::Rebalance,
+    ];
+
+    /// The action type string (also its serde form and a metric label value).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::Invalidate => "invalidate",
+            Self::InvalidatePrefix => "invalidate-prefix",
+            Self::Clear => "clear",
+            Self::Stats => "stats",
+            Self::Configure => "configure",
+            Self::Topology => "topology",
+            Self::Lease => "lease",
+            Self::Rebalance => "rebalance",
+        }
+    }
+
+    /// The ListActions description.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Ping => "Answer 'pong'.",
+            Self::Invalidate => {
+                "Remove one entry. Body: a path key like 'reports/daily', or a ticket."
+            }
+            Self::InvalidatePrefix => {
+                "Remove every path entry starting with the body, e.g. 'reports/'."
+            }
+            Self::Clear => "Remove every entry.",
+            Self::Stats => "Return counters, limits and the config generation as JSON.",
+            Self::Configure => {
+                "Apply a node config JSON document with live fields (generation, maxEntries, \
+                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction, locationMode) and/or a ring topology."
+            }
+            Self::Topology => "Return this node's member id and the ring it routes by as JSON.",
+            Self::Lease => {
+                "Miss coalescing. Body: a key. The first caller gets a fill lease (run the query, \
+                 DoPut); later callers wait for that DoPut ('filled') or time out."
+            }
+            Self::Rebalance => {
+                "Hand every entry this node no longer owns under its ring to the key's owners, \
+                 hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
+                 \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
+                 \"copied\", \"copyFailed\", \"ringVersion\"}."
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AdminAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An action type no node offers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown action '{0}'; ListActions names the actions this node offers")]
+pub struct UnknownAction(pub String);
+
+impl std::str::FromStr for AdminAction {
+    type Err = UnknownAction;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|action| action.as_str() == name)
+            .ok_or_else(|| UnknownAction(name.to_owned()))
+    }
+}
+
+/// An answer body that is not the JSON its action documents.
+#[derive(Debug, thiserror::Error)]
+#[error("the {action} answer is not the documented JSON")]
+pub struct AnswerError {
+    /// The action answered.
+    pub action: AdminAction,
+    /// What serde could not read.
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// Reads the answer of `action`.
+///
+/// # Errors
+/// [`AnswerError`] naming the action.
+pub fn decode<T: DeserializeOwned>(action: AdminAction, body: &[u8]) -> Result<T, AnswerError> {
+    serde_json::from_slice(body).map_err(|source| AnswerError { action, source })
+}
+
+/// The JSON body of a request or answer.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // The types of this module are structs with string keys and plain fields: serde_json
+    // cannot fail on them.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// The answer to `invalidate`: whether the key was held (on any of its owners).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidateAnswer {
+    /// The key was held and is gone.
+    pub removed: bool,
+}
+
+/// The answer to `invalidate-prefix` and `clear`: entries removed (on every member).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RemovedAnswer {
+    /// Entries removed.
+    pub removed: u64,
+}
+
+/// Evictions by cause, as the `stats` answer counts them (the `cause` label values of
+/// `flightcache_node_evictions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EvictionCounts {
+    /// The TTL ran out.
+    pub expired: u64,
+    /// Room was needed (byte budget or entry count).
+    pub size: u64,
+    /// `invalidate`, `invalidate-prefix` or `clear`.
+    pub explicit: u64,
+    /// A newer put under the same key.
+    pub replaced: u64,
+    /// Handed to the key's owner by a rebalance.
+    pub migrated: u64,
+}
+
+/// The answer to `stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsAnswer {
+    /// The config generation running.
+    pub generation: u64,
+    /// Where GetFlightInfo sends clients.
+    pub location_mode: LocationMode,
+    /// Entries held.
+    pub entries: u64,
+    /// Arrow bytes held.
+    pub used_bytes: u64,
+    /// Bytes reserved by puts in flight.
+    pub reserved_bytes: u64,
+    /// The byte budget.
+    pub budget_bytes: u64,
+    /// The entry cap.
+    pub max_entries: u64,
+    /// The largest entry accepted, in bytes.
+    pub max_entry_bytes: u64,
+    /// The default TTL, as a duration string (`5m`).
+    #[serde(with = "duration_text")]
+    pub ttl: Duration,
+    /// How the TTL is anchored.
+    pub ttl_mode: TtlMode,
+    /// The eviction policy.
+    pub eviction: EvictionPolicy,
+    /// Lookups that found an entry.
+    pub hits: u64,
+    /// Lookups that found none.
+    pub misses: u64,
+    /// Entries stored.
+    pub inserts: u64,
+    /// Puts refused (too large, over budget).
+    pub rejected_puts: u64,
+    /// Entries removed, by cause.
+    pub evictions: EvictionCounts,
+    /// The ring version the node routes by (0 without a ring; absent from nodes that
+    /// predate routing).
+    #[serde(default)]
+    pub ring_version: u64,
+    /// The node's member id (null without one).
+    #[serde(default)]
+    pub member_id: Option<String>,
+    /// The node's state in its ring (null without a ring, or when it is not a member).
+    #[serde(default)]
+    pub member_state: Option<MemberState>,
+    /// Copies per key the node writes.
+    #[serde(default = "one")]
+    pub replicas: u64,
+}
+
+/// The answer to `configure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigureAnswer {
+    /// The config generation now running.
+    pub generation: u64,
+    /// Entries evicted to fit new, smaller caps.
+    pub evicted: u64,
+    /// Entries expired at once because of a shorter TTL.
+    pub expired: u64,
+    /// The ring version now routing (0 without a topology).
+    pub ring_version: u64,
+}
+
+/// The answer to `topology`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyAnswer {
+    /// The node's member id (null without one).
+    pub member_id: Option<String>,
+    /// The ring version (0 without a topology).
+    pub version: u64,
+    /// Copies per key.
+    pub replicas: u64,
+    /// The ring's members (empty without a topology).
+    pub members: Vec<TopologyMember>,
+}
+
+/// The answer to `lease`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "lease", rename_all = "lowercase")]
+pub enum LeaseAnswer {
+    /// The entry is cached: DoGet it.
+    Hit,
+    /// This caller holds the lease: run the query and DoPut the result.
+    Granted {
+        /// How long the lease lasts, in milliseconds.
+        #[serde(rename = "leaseMs")]
+        lease_ms: u64,
+    },
+    /// Another caller's DoPut stored the entry while this one waited: DoGet it.
+    Filled,
+    /// The holder did not DoPut in time: query the backend yourself (or call again).
+    Timeout,
+}
+
+impl LeaseAnswer {
+    /// The `lease` field's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Granted { .. } => "granted",
+            Self::Filled => "filled",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+/// The body of `rebalance` (an empty body means the defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RebalanceRequest {
+    /// Count what would move without sending or removing anything.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Move at most this many entries (the hottest); the rest count as kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+impl RebalanceRequest {
+    /// Reads a `rebalance` body: empty (or blank) for the defaults, else the JSON.
+    ///
+    /// # Errors
+    /// The serde error for a body that is not the documented JSON.
+    pub fn from_body(body: &[u8]) -> Result<Self, serde_json::Error> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            Ok(Self::default())
+        } else {
+            serde_json::from_slice(body)
+        }
+    }
+}
+
+/// The answer to `rebalance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RebalanceAnswer {
+    /// Entries handed to their owners and removed here (dry run: that would be).
+    pub moved: u64,
+    /// Their weight in bytes.
+    pub moved_bytes: u64,
+    /// Entries that could not be handed over; they are still on the node.
+    pub failed: u64,
+    /// Entries the node keeps: it owns them, or they were past `limit`.
+    pub kept: u64,
+    /// Kept entries whose missing copy on another owner was sent there.
+    pub copied: u64,
+    /// Kept entries whose missing copy could not be checked or sent.
+    pub copy_failed: u64,
+    /// The ring version the owners were computed with.
+    pub ring_version: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// A [`Duration`] as the text users write (`5m`, `1h 30m`).
+mod duration_text {
+    use super::{Deserialize, Deserializer, Duration, Serializer, quantity};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Duration,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&quantity::format_duration(*value))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        quantity::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// `text` (what the node emits today) reads as `T`, and `T` writes back the same
+    /// fields with the same values.
+    fn golden<T: Serialize + DeserializeOwned>(action: AdminAction, text: &str) -> T {
+        let typed: T = decode(action, text.as_bytes()).expect("the node's answer reads");
+        let expected: Value = serde_json::from_str(text).expect("golden JSON");
+        let written: Value = serde_json::from_slice(&encode(&typed)).expect("written JSON");
+        assert_eq!(
+            written, expected,
+            "{action} writes other fields than the node emits"
+        );
+        typed
+    }
+
+    #[test]
+    fn action_names_are_the_wire_names_and_parse_back() {
+        let names: Vec<&str> = AdminAction::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ping",
+                "invalidate",
+                "invalidate-prefix",
+                "clear",
+                "stats",
+                "configure",
+                "topology",
+                "lease",
+                "rebalance"
+            ]
+        );
+        for action in AdminAction::ALL {
+            assert_eq!(action.as_str().parse::<AdminAction>(), Ok(action));
+            assert_eq!(
+                serde_json::to_value(action).expect("json"),
+                Value::from(action.as_str())
+            );
+            assert!(!action.description().is_empty());
+        }
+        let err = "Stats".parse::<AdminAction>().unwrap_err();
+        assert!(err.to_string().contains("'Stats'"), "{err}");
+    }
+
+    #[test]
+    fn stats_of_a_ring_member() {
+        let stats: StatsAnswer = golden(
+            AdminAction::Stats,
+            r#"{"budgetBytes":67108864,"entries":3,"eviction":"tinylfu",
+               "evictions":{"expired":1,"explicit":2,"migrated":0,"replaced":4,"size":5},
+               "generation":7,"hits":10,"inserts":6,"locationMode":"proxy","maxEntries":10000,
+               "maxEntryBytes":8388608,"memberId":"hot-1","memberState":"draining",
+               "misses":2,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
+               "ttl":"1h 30m","ttlMode":"sliding","usedBytes":4096}"#,
+        );
+        assert_eq!(stats.ttl, Duration::from_secs(5400));
+        assert_eq!(stats.member_state, Some(MemberState::Draining));
+        assert_eq!(stats.eviction, EvictionPolicy::Tinylfu);
+        assert_eq!(stats.evictions.replaced, 4);
+    }
+
+    #[test]
+    fn stats_without_a_ring_carry_nulls() {
+        let stats: StatsAnswer = golden(
+            AdminAction::Stats,
+            r#"{"budgetBytes":1024,"entries":0,"eviction":"lru",
+               "evictions":{"expired":0,"explicit":0,"migrated":0,"replaced":0,"size":0},
+               "generation":1,"hits":0,"inserts":0,"locationMode":"direct","maxEntries":100,
+               "maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
+               "rejectedPuts":0,"replicas":1,"reservedBytes":0,"ringVersion":0,"ttl":"5m",
+               "ttlMode":"absolute","usedBytes":0}"#,
+        );
+        assert_eq!(stats.member_id, None);
+        assert_eq!(stats.ring_version, 0);
+    }
+
+    #[test]
+    fn stats_from_a_node_before_routing_default_the_ring_fields() {
+        let stats: StatsAnswer = decode(
+            AdminAction::Stats,
+            br#"{"budgetBytes":1024,"entries":0,"eviction":"lru",
+               "evictions":{"expired":0,"explicit":0,"migrated":0,"replaced":0,"size":0},
+               "generation":1,"hits":0,"inserts":0,"locationMode":"direct","maxEntries":100,
+               "maxEntryBytes":512,"misses":0,"rejectedPuts":0,"reservedBytes":0,"ttl":"5m",
+               "ttlMode":"absolute","usedBytes":0}"#,
+        )
+        .expect("reads");
+        assert_eq!((stats.ring_version, stats.replicas), (0, 1));
+    }
+
+    #[test]
+    fn configure_answer() {
+        let answer: ConfigureAnswer = golden(
+            AdminAction::Configure,
+            r#"{"generation":4,"evicted":0,"expired":2,"ringVersion":7}"#,
+        );
+        assert_eq!(answer.expired, 2);
+    }
+
+    #[test]
+    fn topology_answers_with_and_without_a_ring() {
+        let answer: TopologyAnswer = golden(
+            AdminAction::Topology,
+            r#"{"memberId":"p-0","version":7,"replicas":1,"members":[
+                {"id":"p-0","address":"p-0.p:50051","state":"active"},
+                {"id":"p-1","address":"p-1.p:50051","state":"joining"}]}"#,
+        );
+        assert_eq!(answer.members[1].state, MemberState::Joining);
+        let empty: TopologyAnswer = golden(
+            AdminAction::Topology,
+            r#"{"memberId":null,"version":0,"replicas":1,"members":[]}"#,
+        );
+        assert!(empty.members.is_empty());
+    }
+
+    #[test]
+    fn removal_answers() {
+        let one: InvalidateAnswer = golden(AdminAction::Invalidate, r#"{"removed":true}"#);
+        assert!(one.removed);
+        let many: RemovedAnswer = golden(AdminAction::Clear, r#"{"removed":40}"#);
+        assert_eq!(many.removed, 40);
+        // `invalidate` and `invalidate-prefix` answers are not interchangeable.
+        assert!(decode::<RemovedAnswer>(AdminAction::Invalidate, br#"{"removed":true}"#).is_err());
+    }
+
+    #[test]
+    fn every_lease_answer() {
+        let granted: LeaseAnswer =
+            golden(AdminAction::Lease, r#"{"lease":"granted","leaseMs":10000}"#);
+        assert_eq!(granted, LeaseAnswer::Granted { lease_ms: 10_000 });
+        assert_eq!(granted.as_str(), "granted");
+        for name in ["hit", "filled", "timeout"] {
+            let answer: LeaseAnswer =
+                golden(AdminAction::Lease, &format!(r#"{{"lease":"{name}"}}"#));
+            assert_eq!(answer.as_str(), name);
+        }
+    }
+
+    #[test]
+    fn rebalance_request_and_answer() {
+        assert_eq!(
+            RebalanceRequest::from_body(b" \n").expect("blank"),
+            RebalanceRequest::default()
+        );
+        let request =
+            RebalanceRequest::from_body(br#"{"dryRun": true, "limit": 100}"#).expect("reads");
+        assert_eq!(
+            request,
+            RebalanceRequest {
+                dry_run: true,
+                limit: Some(100)
+            }
+        );
+        assert_eq!(encode(&request), br#"{"dryRun":true,"limit":100}"#);
+        assert!(RebalanceRequest::from_body(br#"{"dry_run": true}"#).is_err());
+
+        let answer: RebalanceAnswer = golden(
+            AdminAction::Rebalance,
+            r#"{"moved":120,"movedBytes":3145728,"failed":0,"kept":240,"copied":0,
+               "copyFailed":0,"ringVersion":8}"#,
+        );
+        assert_eq!(answer.moved_bytes, 3_145_728);
+    }
+
+    #[test]
+    fn a_wrong_answer_names_the_action() {
+        let err = decode::<ConfigureAnswer>(AdminAction::Configure, b"pong").unwrap_err();
+        assert!(err.to_string().contains("configure"), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
+    }
+}
