@@ -148,6 +148,15 @@ pub enum Error {
     /// The owner answered a forwarded request with this status; it is passed on as is.
     #[error("{}", .0.message())]
     Forwarded(Status),
+    /// A peer answered a fanned-out action with a body that is not its documented JSON.
+    #[error("member {peer} answered with a body that is not the documented JSON")]
+    BadPeerAnswer {
+        /// The member.
+        peer: String,
+        /// What could not be read.
+        #[source]
+        source: crds::admin::AnswerError,
+    },
     /// Encoding an answer failed (a bug or corrupt state).
     #[error("failed to encode the answer")]
     Encode(#[source] arrow_flight::error::FlightError),
@@ -175,7 +184,7 @@ impl Error {
             Self::Forwarded(status) => status.code(),
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,
-            Self::Encode(_) => Code::Internal,
+            Self::Encode(_) | Self::BadPeerAnswer { .. } => Code::Internal,
         }
     }
 }

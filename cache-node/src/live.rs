@@ -11,6 +11,7 @@
 //! access when sliding), so a shorter TTL expires old entries at once and a longer one
 //! extends them. Nothing else is dropped unless it no longer fits the new caps.
 
+use crds::chain;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -199,16 +200,4 @@ pub fn apply_document(
         expired: applied.expired,
         ring_version: routing.version(),
     })
-}
-
-/// An error and its sources on one line, for messages sent to clients.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }

@@ -20,12 +20,13 @@ use crate::auth::{Auth, AuthLayer};
 use crate::config::{Config, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::flight::forward::Peers;
-use crate::live::{LiveConfig, chain};
+use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
 use crate::wire::intake::IntakeLayer;
 use crate::wire::relay::{DoGetRelay, RelayNode};
+use crds::chain;
 use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.

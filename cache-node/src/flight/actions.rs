@@ -16,6 +16,7 @@
 //! on every member (the Flight adapter forwards them; see `flight::forward`).
 
 use bytes::Bytes;
+use crds::admin;
 use crds::node_config::NodeDocument;
 use crds::quantity::format_duration;
 use serde_json::json;
@@ -23,10 +24,11 @@ use serde_json::json;
 use crate::error::{Error, Result};
 use crate::flight::ticket::CacheTicket;
 use crate::key::CacheKey;
-use crate::live::{LiveConfig, apply_document, chain};
+use crate::live::{LiveConfig, apply_document};
 use crate::routing::members::RoutingTable;
 use crate::routing::ring::MemberState;
 use crate::store::{RemovalCause, Store};
+use crds::chain;
 
 /// An action this node offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,19 +143,17 @@ pub fn run(
         NodeAction::Ping => return Ok(Bytes::from_static(b"pong")),
         NodeAction::Invalidate => {
             let key = key_from_body(action, body)?;
-            json!({ "removed": store.invalidate(&key.to_store_bytes()) })
+            let removed = store.invalidate(&key.to_store_bytes());
+            return Ok(Bytes::from(admin::encode(&admin::InvalidateAnswer {
+                removed,
+            })));
         }
-        NodeAction::InvalidatePrefix => {
-            let prefix =
-                std::str::from_utf8(body).map_err(|_| bad_body("the prefix must be UTF-8"))?;
-            if prefix.is_empty() {
-                return Err(bad_body(
-                    "the prefix is empty; use the 'clear' action to remove everything",
-                ));
-            }
-            json!({ "removed": store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)) })
+        NodeAction::InvalidatePrefix | NodeAction::Clear => {
+            let removed = remove_here(action, body, store)?;
+            return Ok(Bytes::from(admin::encode(&admin::RemovedAnswer {
+                removed,
+            })));
         }
-        NodeAction::Clear => json!({ "removed": store.clear() }),
         NodeAction::Stats => {
             let mut stats = stats_json(store, live);
             stats["ringVersion"] = routing.version().into();
@@ -207,6 +207,27 @@ pub fn run(
         }
     };
     Ok(Bytes::from(result.to_string()))
+}
+
+/// Runs `invalidate-prefix` or `clear` on this node's store alone; the entries removed.
+///
+/// # Errors
+/// [`Error::BadActionBody`] for a prefix that is empty or not UTF-8.
+pub fn remove_here(action: NodeAction, body: &Bytes, store: &Store) -> Result<u64> {
+    let bad_body = |reason: &str| Error::BadActionBody {
+        action: action.name(),
+        reason: reason.to_owned(),
+    };
+    if action == NodeAction::Clear {
+        return Ok(store.clear());
+    }
+    let prefix = std::str::from_utf8(body).map_err(|_| bad_body("the prefix must be UTF-8"))?;
+    if prefix.is_empty() {
+        return Err(bad_body(
+            "the prefix is empty; use the 'clear' action to remove everything",
+        ));
+    }
+    Ok(store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)))
 }
 
 /// The key an `invalidate` or `lease` body names: a path key or a ticket.

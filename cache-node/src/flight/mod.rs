@@ -25,6 +25,7 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
+use crds::admin;
 use crds::node_config::LocationMode;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -112,14 +113,21 @@ impl FlightCacheService {
             .filter(|member| Some(member.id.as_str()) != self.routing.self_id())
             .filter_map(|member| membership.peer(&member.id))
             .collect();
-        let calls = peers
-            .iter()
-            .map(|peer| forward::do_action(&self.peers, peer, &sender, action.clone(), metadata));
+        let sender = &sender;
+        let calls = peers.iter().map(|peer| async move {
+            let body =
+                forward::do_action(&self.peers, peer, sender, action.clone(), metadata).await?;
+            // Every member answers these two actions with the same typed body.
+            admin::decode::<admin::RemovedAnswer>(admin::AdminAction::Clear, &body)
+                .map(|answer| answer.removed)
+                .map_err(|source| Error::BadPeerAnswer {
+                    peer: peer.id.to_string(),
+                    source,
+                })
+        });
         let mut removed = 0;
         for answer in futures::future::join_all(calls).await {
-            let body = answer?;
-            let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            removed += value["removed"].as_u64().unwrap_or(0);
+            removed += answer?;
         }
         Ok(removed)
     }
@@ -505,7 +513,7 @@ impl FlightService for FlightCacheService {
                             if kind == actions::NodeAction::Invalidate =>
                         {
                             let removed = self.invalidate_copies(&key, action, metadata).await?;
-                            Bytes::from(json!({ "removed": removed }).to_string())
+                            Bytes::from(admin::encode(&admin::InvalidateAnswer { removed }))
                         }
                         Route::Local => actions::run(
                             kind,
@@ -528,13 +536,10 @@ impl FlightService for FlightCacheService {
                     }
                 }
                 actions::NodeAction::InvalidatePrefix | actions::NodeAction::Clear => {
-                    let local =
-                        actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?;
-                    let local: serde_json::Value =
-                        serde_json::from_slice(&local).unwrap_or_default();
-                    let here = local["removed"].as_u64().unwrap_or(0);
+                    let here = actions::remove_here(kind, &action.body, &self.store)?;
                     let elsewhere = self.fan_out(action, metadata).await?;
-                    Bytes::from(json!({ "removed": here + elsewhere }).to_string())
+                    let removed = here + elsewhere;
+                    Bytes::from(admin::encode(&admin::RemovedAnswer { removed }))
                 }
                 actions::NodeAction::Rebalance => self.rebalance(&action.body, metadata).await?,
                 _ => actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?,
