@@ -171,8 +171,7 @@ pub struct DocumentApplied {
 /// generation alone.
 ///
 /// # Errors
-/// As [`LiveConfig::apply`], plus [`Error::TopologyRejected`] and
-/// [`Error::StaleTopology`].
+/// As [`LiveConfig::apply`], plus [`Error::Routing`] for a topology the ring refuses.
 pub fn apply_document(
     doc: &NodeDocument,
     live: &LiveConfig,

@@ -51,7 +51,7 @@ pub enum ServerError {
     Serve(#[source] tonic::transport::Error),
     /// The starting topology was refused.
     #[error("topology refused")]
-    Topology(#[source] crate::error::Error),
+    Topology(#[source] crate::routing::members::RoutingError),
     /// The store configuration was refused.
     #[error("store configuration refused")]
     Store(#[source] crate::store::Error),

@@ -88,8 +88,9 @@ impl FlightCacheService {
     /// Where `key` is served, given the request's forwarding headers.
     fn route(&self, key: &CacheKey, metadata: &MetadataMap) -> Result<Route, Error> {
         let forwarded = forward::forwarded_by(metadata);
-        self.routing
-            .route(&key.to_store_bytes(), forwarded.as_ref())
+        Ok(self
+            .routing
+            .route(&key.to_store_bytes(), forwarded.as_ref())?)
     }
 
     fn sender(&self) -> forward::Sender {
