@@ -10,6 +10,9 @@
 //! per-entry TTL take the new TTL from their anchor (write time when absolute, last
 //! access when sliding), so a shorter TTL expires old entries at once and a longer one
 //! extends them. Nothing else is dropped unless it no longer fits the new caps.
+//!
+//! Owns: the running configuration and its generation. Must not import `flight/` or
+//! `wire/`.
 
 use crds::chain;
 use parking_lot::Mutex;

@@ -3,6 +3,9 @@
 //!
 //! Shutdown is graceful: health turns NOT_SERVING, the listener stops accepting, and
 //! in-flight streams get `shutdown_grace` to finish before the server is dropped.
+//!
+//! Owns: wiring. The only place the layers are stacked:
+//! `AuthLayer(DoGetRelay(IntakeLayer(FlightServiceServer)))`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -14,6 +14,9 @@
 //! passed on, so auth works unchanged. When the owner cannot be reached the caller gets
 //! UNAVAILABLE naming it: `owner analytics-hot-2 (10.244.0.7:50051) is unreachable: …`.
 //! Any answer from the owner itself (NOT_FOUND, RESOURCE_EXHAUSTED, …) is passed on as is.
+//!
+//! Owns: calls to peers over one pooled channel each, counted in
+//! `flightcache_node_forwarded_total` / `peer_errors_total`. Must not import `wire/`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

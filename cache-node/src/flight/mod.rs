@@ -6,6 +6,10 @@
 //! one place (`error.rs`). With a topology, calls for keys this node does not own go to
 //! their owner (`forward.rs`), with `replicas: 2` also to its second choice
 //! (`replica.rs`); `invalidate-prefix`, `clear` and ListFlights run on every member.
+//!
+//! Owns: the Flight methods' decode → call → encode. Must not import the wire layer's
+//! tower services or raw HTTP bodies (`wire::relay`, `wire::intake`; checked by
+//! `scripts/check-layers`) nor check credentials (`crate::auth` does, in front).
 
 pub mod actions;
 pub mod forward;

@@ -7,6 +7,9 @@
 //! version: an older document is refused, the same version is accepted only unchanged.
 //! Without a topology the node owns every key (one node, as before routing existed).
 //! No I/O; the table is shared behind a lock that is never held across an `.await`.
+//!
+//! Owns: the installed topology and routing decisions, with their own [`RoutingError`].
+//! Must not import tonic, `crate::error` (the gRPC-aware error) or `flight/`.
 
 use std::sync::Arc;
 

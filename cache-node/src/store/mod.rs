@@ -35,6 +35,10 @@
 //! Entries already past their new deadline expire at the next purge or access. A
 //! shrink of the caps evicts down to them with cause `Size`, and entries heavier than
 //! a lowered `max_entry_bytes` are evicted; entries that still fit stay.
+//!
+//! Owns: entries (sealed, opaque frames: `sealed.rs`), the budget, TTL, eviction. Must
+//! not import tonic, arrow-flight, hyper or h2 (`scripts/check-layers`), nor `flight/`,
+//! `wire/` or `routing/`.
 
 mod clock;
 mod config;
