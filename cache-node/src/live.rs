@@ -154,19 +154,9 @@ impl LiveConfig {
     }
 }
 
-/// What applying a whole document (config fields and topology) did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DocumentApplied {
-    /// The config generation now running.
-    pub generation: u64,
-    /// Entries evicted to fit new, smaller caps.
-    pub evicted: u64,
-    /// Entries expired at once because of a shorter TTL.
-    pub expired: u64,
-    /// The ring version now routing (0 without a topology).
-    pub ring_version: u64,
-}
+/// What applying a whole document (config fields and topology) did: the `configure`
+/// answer of the node-admin contract.
+pub use crds::admin::ConfigureAnswer as DocumentApplied;
 
 /// Applies a `configure` document: its config fields (if any) and its topology (if any),
 /// all or nothing as far as validation goes (the topology is checked before the config

@@ -180,7 +180,8 @@ pub fn run(
             doc.config
                 .ensure_live_only()
                 .map_err(|err| bad_body(&err.to_string()))?;
-            serde_json::to_value(apply_document(&doc, live, routing, store)?).unwrap_or_default()
+            let applied = apply_document(&doc, live, routing, store)?;
+            return Ok(Bytes::from(admin::encode(&applied)));
         }
         NodeAction::Lease => {
             // Leases wait for a DoPut, so the Flight adapter runs them (async).
@@ -196,14 +197,15 @@ pub fn run(
         }
         NodeAction::Topology => {
             let current = routing.current();
-            json!({
-                "memberId": routing.self_id(),
-                "version": routing.version(),
-                "replicas": current.as_ref().map_or(1, |m| m.replicas()),
-                "members": current
-                    .map(|m| serde_json::to_value(&m.topology().members).unwrap_or_default())
-                    .unwrap_or_else(|| json!([])),
-            })
+            let answer = admin::TopologyAnswer {
+                member_id: routing.self_id().map(str::to_owned),
+                version: routing.version(),
+                replicas: current.as_ref().map_or(1, |m| m.replicas() as u64),
+                members: current
+                    .map(|m| m.topology().members.clone())
+                    .unwrap_or_default(),
+            };
+            return Ok(Bytes::from(admin::encode(&answer)));
         }
     };
     Ok(Bytes::from(result.to_string()))

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use serde::Serialize;
 use tokio::sync::Notify;
 // Tokio's clock, so the tests can pause time instead of sleeping.
 use tokio::time::Instant;
@@ -29,23 +28,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// How long a caller waits for the holder's DoPut.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
-/// The answer to a `lease` call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "lease", rename_all = "lowercase")]
-pub enum LeaseOutcome {
-    /// The entry is cached: DoGet it.
-    Hit,
-    /// This caller holds the lease: run the query and DoPut the result.
-    Granted {
-        /// How long the lease lasts, in milliseconds.
-        #[serde(rename = "leaseMs")]
-        lease_ms: u64,
-    },
-    /// Another caller's DoPut stored the entry while this one waited: DoGet it.
-    Filled,
-    /// The holder did not DoPut in time: query the backend yourself (or call again).
-    Timeout,
-}
+/// The answer to a `lease` call (the node-admin contract's type).
+pub use crds::admin::LeaseAnswer as LeaseOutcome;
 
 #[derive(Debug)]
 struct Held {

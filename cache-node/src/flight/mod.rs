@@ -512,7 +512,7 @@ impl FlightService for FlightCacheService {
                                 .leases
                                 .acquire(&key.to_store_bytes(), &self.store)
                                 .await;
-                            Bytes::from(serde_json::to_vec(&outcome).unwrap_or_default())
+                            Bytes::from(admin::encode(&outcome))
                         }
                         Route::Local | Route::Forward(_)
                             if kind == actions::NodeAction::Invalidate =>
