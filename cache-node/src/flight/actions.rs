@@ -17,9 +17,7 @@
 
 use bytes::Bytes;
 use crds::admin;
-use crds::node_config::NodeDocument;
-use crds::quantity::format_duration;
-use serde_json::json;
+use crds::node_config::{self, NodeDocument};
 
 use crate::error::{Error, Result};
 use crate::flight::ticket::CacheTicket;
@@ -27,7 +25,7 @@ use crate::key::CacheKey;
 use crate::live::{LiveConfig, apply_document};
 use crate::routing::members::RoutingTable;
 use crate::routing::ring::MemberState;
-use crate::store::{RemovalCause, Store};
+use crate::store::{EvictionPolicy, RemovalCause, Store, TtlMode};
 use crds::chain;
 
 /// An action this node offers.
@@ -139,39 +137,41 @@ pub fn run(
         action: action.name(),
         reason: reason.to_owned(),
     };
-    let result = match action {
-        NodeAction::Ping => return Ok(Bytes::from_static(b"pong")),
+    match action {
+        NodeAction::Ping => Ok(Bytes::from_static(b"pong")),
         NodeAction::Invalidate => {
             let key = key_from_body(action, body)?;
             let removed = store.invalidate(&key.to_store_bytes());
-            return Ok(Bytes::from(admin::encode(&admin::InvalidateAnswer {
+            Ok(Bytes::from(admin::encode(&admin::InvalidateAnswer {
                 removed,
-            })));
+            })))
         }
         NodeAction::InvalidatePrefix | NodeAction::Clear => {
             let removed = remove_here(action, body, store)?;
-            return Ok(Bytes::from(admin::encode(&admin::RemovedAnswer {
+            Ok(Bytes::from(admin::encode(&admin::RemovedAnswer {
                 removed,
-            })));
+            })))
         }
         NodeAction::Stats => {
-            let mut stats = stats_json(store, live);
-            stats["ringVersion"] = routing.version().into();
-            stats["memberId"] = routing.self_id().into();
             let current = routing.current();
             // This node's state in the ring (null without a topology or when not a member)
             // and the copies per key it writes.
-            stats["memberState"] = current
+            let member_state = current
                 .as_ref()
                 .and_then(|m| m.ring().member(routing.self_id()?).map(|m| m.state()))
                 .map(|state| match state {
-                    MemberState::Active => "active",
-                    MemberState::Joining => "joining",
-                    MemberState::Draining => "draining",
-                })
-                .into();
-            stats["replicas"] = current.map_or(1, |m| m.replicas()).into();
-            stats
+                    MemberState::Active => node_config::MemberState::Active,
+                    MemberState::Joining => node_config::MemberState::Joining,
+                    MemberState::Draining => node_config::MemberState::Draining,
+                });
+            let answer = admin::StatsAnswer {
+                ring_version: routing.version(),
+                member_id: routing.self_id().map(str::to_owned),
+                member_state,
+                replicas: current.map_or(1, |m| m.replicas() as u64),
+                ..stats_answer(store, live)
+            };
+            Ok(Bytes::from(admin::encode(&answer)))
         }
         NodeAction::Configure => {
             let text =
@@ -181,19 +181,19 @@ pub fn run(
                 .ensure_live_only()
                 .map_err(|err| bad_body(&err.to_string()))?;
             let applied = apply_document(&doc, live, routing, store)?;
-            return Ok(Bytes::from(admin::encode(&applied)));
+            Ok(Bytes::from(admin::encode(&applied)))
         }
         NodeAction::Lease => {
             // Leases wait for a DoPut, so the Flight adapter runs them (async).
-            return Err(Error::Unimplemented(
+            Err(Error::Unimplemented(
                 "the lease action outside the Flight service",
-            ));
+            ))
         }
         NodeAction::Rebalance => {
             // Rebalance sends entries to other nodes, so the Flight adapter runs it.
-            return Err(Error::Unimplemented(
+            Err(Error::Unimplemented(
                 "the rebalance action outside the Flight service",
-            ));
+            ))
         }
         NodeAction::Topology => {
             let current = routing.current();
@@ -205,10 +205,9 @@ pub fn run(
                     .map(|m| m.topology().members.clone())
                     .unwrap_or_default(),
             };
-            return Ok(Bytes::from(admin::encode(&answer)));
+            Ok(Bytes::from(admin::encode(&answer)))
         }
-    };
-    Ok(Bytes::from(result.to_string()))
+    }
 }
 
 /// Runs `invalidate-prefix` or `clear` on this node's store alone; the entries removed.
@@ -252,30 +251,43 @@ pub fn key_from_body(action: NodeAction, body: &Bytes) -> Result<CacheKey> {
     Ok(CacheKey::Path(path.to_owned()))
 }
 
-/// The `stats` document.
-pub fn stats_json(store: &Store, live: &LiveConfig) -> serde_json::Value {
+/// The `stats` answer of this node's store and config (without ring fields).
+pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
     let stats = store.stats();
     let config = live.store_config();
-    let evictions: serde_json::Map<String, serde_json::Value> = RemovalCause::ALL
-        .into_iter()
-        .map(|cause| (cause.as_str().to_owned(), stats.evictions.get(cause).into()))
-        .collect();
-    json!({
-        "generation": live.generation(),
-        "locationMode": live.location_mode().as_str(),
-        "entries": stats.entries,
-        "usedBytes": stats.used_bytes,
-        "reservedBytes": stats.reserved_bytes,
-        "budgetBytes": stats.budget_bytes,
-        "maxEntries": stats.max_entries,
-        "maxEntryBytes": config.max_entry_bytes,
-        "ttl": format_duration(config.ttl),
-        "ttlMode": format!("{:?}", config.ttl_mode).to_lowercase(),
-        "eviction": format!("{:?}", config.eviction).to_lowercase(),
-        "hits": stats.hits,
-        "misses": stats.misses,
-        "inserts": stats.inserts,
-        "rejectedPuts": stats.rejected_puts,
-        "evictions": evictions,
-    })
+    let evictions = |cause| stats.evictions.get(cause);
+    admin::StatsAnswer {
+        generation: live.generation(),
+        location_mode: live.location_mode(),
+        entries: stats.entries,
+        used_bytes: stats.used_bytes,
+        reserved_bytes: stats.reserved_bytes,
+        budget_bytes: stats.budget_bytes,
+        max_entries: stats.max_entries,
+        max_entry_bytes: config.max_entry_bytes,
+        ttl: config.ttl,
+        ttl_mode: match config.ttl_mode {
+            TtlMode::Absolute => node_config::TtlMode::Absolute,
+            TtlMode::Sliding => node_config::TtlMode::Sliding,
+        },
+        eviction: match config.eviction {
+            EvictionPolicy::Lru => node_config::EvictionPolicy::Lru,
+            EvictionPolicy::TinyLfu => node_config::EvictionPolicy::Tinylfu,
+        },
+        hits: stats.hits,
+        misses: stats.misses,
+        inserts: stats.inserts,
+        rejected_puts: stats.rejected_puts,
+        evictions: admin::EvictionCounts {
+            expired: evictions(RemovalCause::Expired),
+            size: evictions(RemovalCause::Size),
+            explicit: evictions(RemovalCause::Explicit),
+            replaced: evictions(RemovalCause::Replaced),
+            migrated: evictions(RemovalCause::Migrated),
+        },
+        ring_version: 0,
+        member_id: None,
+        member_state: None,
+        replicas: 1,
+    }
 }
