@@ -483,6 +483,14 @@ mod tests {
                 {"id":"p-1","address":"p-1.p:50051","state":"joining"}]}"#,
         );
         assert_eq!(answer.members[1].state, MemberState::Joining);
+        for state in [
+            MemberState::Active,
+            MemberState::Joining,
+            MemberState::Draining,
+        ] {
+            let json = serde_json::to_value(state).expect("json");
+            assert_eq!(json, Value::from(state.as_str()), "as_str and serde agree");
+        }
         let empty: TopologyAnswer = golden(
             AdminAction::Topology,
             r#"{"memberId":null,"version":0,"replicas":1,"members":[]}"#,

@@ -214,6 +214,17 @@ pub enum MemberState {
     Draining,
 }
 
+impl MemberState {
+    /// The lower-case name used in topology documents, status and answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Joining => "joining",
+            Self::Draining => "draining",
+        }
+    }
+}
+
 /// One member of a pool's ring.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -50,3 +50,36 @@ wait_condition() {
   done
 }
 ctrd() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# ---- Test-suite helpers, shared by every e2e test script.
+# A suite sets SUITE (the name on its last line, `SUITE: N passed, N failed`) and may define
+# `on_failure` (what to print before a fatal failure: objects, events, logs).
+PASSED=0
+FAILED=0
+POLL_INTERVAL=${POLL_INTERVAL:-0.5}
+pass() { PASSED=$((PASSED + 1)); say "ok: $*"; }
+# fail MESSAGE: a fatal failure; prints the suite's context and its summary line, exits 1.
+fail() {
+  printf '[%s] FAILED: %s\n' "$(elapsed)" "$*" >&2
+  if declare -F on_failure >/dev/null; then on_failure >&2 || true; fi
+  echo "${SUITE:-e2e}: $PASSED passed, $((FAILED + 1)) failed"
+  exit 1
+}
+# fail_check MESSAGE: a failed check the suite reports and carries on after (see `summary`).
+fail_check() { FAILED=$((FAILED + 1)); printf '[%s] FAILED: %s\n' "$(elapsed)" "$*"; }
+# summary: the suite's last line; returns 1 when a check failed.
+summary() { echo "${SUITE:-e2e}: $PASSED passed, $FAILED failed"; ((FAILED == 0)); }
+# poll SECONDS COMMAND...: runs COMMAND every POLL_INTERVAL seconds until it succeeds;
+# returns 1 when SECONDS pass first.
+poll() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep "$POLL_INTERVAL"
+  done
+}
+# wait_for SECONDS DESCRIPTION COMMAND...: poll, and fail the suite on timeout.
+wait_for() {
+  local limit=$1 what=$2; shift 2
+  poll "$limit" "$@" || fail "$what (not within ${limit}s)"
+}

@@ -16,8 +16,9 @@ build_and_import_images() {
   "$E2E/images" import "$OPERATOR_IMAGE" "$CARGO_TARGET_DIR/release/flightcache-operator" >/dev/null
 }
 
-# install_operator: the CRD, then the chart (operator Deployment, RBAC) in $SYSTEM_NS;
-# waits for the Deployment to be available.
+# install_operator [HELM ARG...]: the CRD, then the chart (operator Deployment, RBAC) in
+# $SYSTEM_NS with the extra helm arguments (e.g. --set monitoring...); waits for the
+# Deployment to be available.
 install_operator() {
   kctl apply --server-side -f "$ROOT/charts/flightcache/crds/" >/dev/null
   wait_condition 60 crd/cacheclusters.flightcache.dev Established || return 1
@@ -25,7 +26,7 @@ install_operator() {
   "$ROOT/scripts/helm" upgrade --install flightcache "$ROOT/charts/flightcache" -n "$SYSTEM_NS" \
     --kubeconfig "$KUBECONFIG_FILE" --skip-crds \
     --set "image.repository=${OPERATOR_IMAGE%:*},image.tag=${OPERATOR_IMAGE#*:},image.pullPolicy=Never" \
-    --set "nodeImage.repository=${NODE_IMAGE%:*},nodeImage.tag=${NODE_IMAGE#*:},nodeImage.pullPolicy=Never" >/dev/null
+    --set "nodeImage.repository=${NODE_IMAGE%:*},nodeImage.tag=${NODE_IMAGE#*:},nodeImage.pullPolicy=Never" "$@" >/dev/null
   kctl -n "$SYSTEM_NS" rollout status deploy/flightcache-operator --timeout=120s >/dev/null
 }
 

@@ -16,9 +16,63 @@ use serde::de::DeserializeOwned;
 
 use crate::build::{DesiredPool, names};
 use crate::error::{Error, Result};
+use crate::validate::ValidatedCluster;
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "flightcache-operator";
+
+/// What the apply step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// The cluster's ServiceMonitor.
+    pub(crate) service_monitor: ServiceMonitorOutcome,
+    /// Pools whose objects were deleted because they left the spec.
+    pub(crate) removed_pools: BTreeSet<String>,
+}
+
+/// A failed apply step.
+#[derive(Debug)]
+pub(crate) struct ApplyFailed {
+    /// The pools' own objects failed (reported in status); otherwise the ServiceMonitor
+    /// or the deletion of removed pools did.
+    pub(crate) children: bool,
+    /// The error.
+    pub(crate) error: Error,
+}
+
+/// The apply step: every pool's objects (server-side apply), the ServiceMonitor, and
+/// the deletion of pools that left the spec.
+///
+/// # Errors
+/// [`ApplyFailed`] with the first error.
+pub(crate) async fn apply_cluster(
+    client: &Client,
+    cluster: &ValidatedCluster,
+    desired: &[DesiredPool],
+) -> std::result::Result<Applied, ApplyFailed> {
+    let namespace = &cluster.namespace;
+    apply_all(client, namespace, desired)
+        .await
+        .map_err(|error| ApplyFailed {
+            children: true,
+            error,
+        })?;
+    let other = |error| ApplyFailed {
+        children: false,
+        error,
+    };
+    let service_monitor = reconcile_service_monitor(client, cluster)
+        .await
+        .map_err(other)?;
+    let wanted: BTreeSet<String> = cluster.pools.iter().map(|p| p.name.clone()).collect();
+    let removed_pools = delete_removed_pools(client, namespace, &cluster.name, &wanted)
+        .await
+        .map_err(other)?;
+    Ok(Applied {
+        service_monitor,
+        removed_pools,
+    })
+}
 
 /// Applies every pool's objects in order.
 ///
@@ -31,6 +85,7 @@ pub async fn apply_all(client: &Client, namespace: &str, desired: &[DesiredPool]
         apply(client, namespace, &pool.client_service).await?;
         apply(client, namespace, &pool.pdb).await?;
         apply(client, namespace, &pool.statefulset).await?;
+        tracing::debug!(pool = %pool.pool, "applied the pool's objects");
     }
     Ok(())
 }

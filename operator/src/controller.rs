@@ -1,4 +1,6 @@
-//! The reconcile loop: observe → validate → build → apply → rollout step → status.
+//! The reconcile loop: observe (Kubernetes objects, then node reports) → validate →
+//! plan → build → apply → execute (node calls) → status. Each step is a module; this
+//! one wires them and publishes events on transitions.
 //!
 //! Level-triggered and idempotent: desired state comes from the current object only,
 //! and a second pass over an unchanged object changes nothing.
@@ -8,15 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
-use crds::node_config::{MemberState, NodeConfig, NodeDocument, Topology};
+use crds::cachecluster::{CacheCluster, CacheClusterStatus};
 use futures::StreamExt;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
@@ -24,13 +25,13 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::build::{self, PoolLayout, names};
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PoolFigures, PoolLabels};
 use crate::nodes::NodeAdmin;
 use crate::observe::{self, Observed};
-use crate::plan::{self, NodeView, Phase, PoolObservation, PoolPlan, Step};
+use crate::plan::{self, NodeView, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
 use crate::validate::{self, Defaults, ValidatedCluster};
-use crate::{apply, ring, rollout};
+use crate::{apply, execute, ring, rollout};
 
 /// How soon to look again while a pool changes (each pass takes one step).
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
@@ -69,7 +70,13 @@ impl Context {
         }
     }
 
-    async fn publish(&self, cc: &CacheCluster, type_: EventType, reason: &str, note: String) {
+    pub(crate) async fn publish(
+        &self,
+        cc: &CacheCluster,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.to_owned(),
@@ -113,14 +120,8 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             return Err(Error::InvalidSpec(invalid));
         }
     };
-    let token = match &cluster.auth {
-        Some((secret, key)) => {
-            Some(observe::read_token(&ctx.client, &namespace, secret, key).await?)
-        }
-        None => None,
-    };
-    let admin = NodeAdmin::new(i32::from(cluster.port), token);
-    let plans = plan_pools(
+    let admin = node_admin(&ctx, &cluster).await?;
+    let observations = observe_pools(
         &cluster,
         &observed,
         &admin,
@@ -128,54 +129,29 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         ctx.resize_supported.load(Ordering::Relaxed),
     )
     .await;
+    let plans: Vec<(PoolPlan, PoolObservation)> = cluster
+        .pools
+        .iter()
+        .zip(observations)
+        .map(|(pool, observation)| (plan::plan_pool(&cluster, pool, &observation), observation))
+        .collect();
     let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
     let desired = build::desired_resources(&cluster, &layouts);
-    if let Err(err) = apply::apply_all(&ctx.client, &namespace, &desired).await {
-        let message = crate::chain(&err);
-        let status = status::compute(
-            cc.status.as_ref(),
-            cc.metadata.generation,
-            &Outcome::ApplyFailed(message.clone()),
-            &now(),
-        );
-        status::apply_status(&ctx.client, &cc, &status).await?;
-        ctx.publish(&cc, EventType::Warning, "ApplyFailed", message)
-            .await;
-        return Err(err);
-    }
-    if apply::reconcile_service_monitor(&ctx.client, &cluster).await?
-        == apply::ServiceMonitorOutcome::Unavailable
-    {
-        ctx.publish(
-            &cc,
-            EventType::Warning,
-            "ServiceMonitorUnavailable",
-            "spec.monitoring.serviceMonitor is on, but this cluster has no monitoring.coreos.com \
-             ServiceMonitor resource (install the prometheus-operator CRDs); the nodes' metrics \
-             port is still served"
-                .into(),
-        )
-        .await;
-    }
-    report_pool_changes(&ctx, &cc, &cluster, &observed).await;
-    let wanted: BTreeSet<String> = cluster.pools.iter().map(|p| p.name.clone()).collect();
-    for pool in apply::delete_removed_pools(&ctx.client, &namespace, &name, &wanted).await? {
-        ctx.publish(
-            &cc,
-            EventType::Normal,
-            "PoolRemoved",
-            format!("removed pool {pool} and its nodes"),
-        )
-        .await;
-    }
-    run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
-    let pools = pool_statuses(&cluster, &plans, cc.status.as_ref());
-    let rolling_out = plans.iter().any(|(plan, _)| plan.rolling_out());
+    let applied = match apply::apply_cluster(&ctx.client, &cluster, &desired).await {
+        Ok(applied) => applied,
+        Err(failed) => return Err(report_apply_failure(&ctx, &cc, failed).await?),
+    };
+    report_applied(&ctx, &cc, &cluster, &observed, &applied).await;
+    execute::run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
+    record_pool_metrics(&ctx.metrics, &cluster, &plans);
     let progressing = plans.iter().any(|(plan, _)| plan.progressing());
     let status = status::compute(
         cc.status.as_ref(),
         cc.metadata.generation,
-        &Outcome::Reconciled { pools, rolling_out },
+        &Outcome::Reconciled {
+            pools: status::pool_statuses(&cluster, &plans, cc.status.as_ref()),
+            phases: plans.iter().map(|(plan, _)| plan.phase.clone()).collect(),
+        },
         &now(),
     );
     if cc.status.as_ref() != Some(&status) {
@@ -188,12 +164,60 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     }))
 }
 
-async fn report_pool_changes(
+/// The client for the cluster's nodes (with its auth token, read from the Secret).
+async fn node_admin(ctx: &Context, cluster: &ValidatedCluster) -> Result<NodeAdmin> {
+    let token = match &cluster.auth {
+        Some((secret, key)) => {
+            Some(observe::read_token(&ctx.client, &cluster.namespace, secret, key).await?)
+        }
+        None => None,
+    };
+    Ok(NodeAdmin::new(i32::from(cluster.port), token))
+}
+
+/// Reports a failed apply (in status when the pools' own objects failed) and returns
+/// the error that ends the pass.
+async fn report_apply_failure(
+    ctx: &Context,
+    cc: &CacheCluster,
+    failed: apply::ApplyFailed,
+) -> Result<Error> {
+    if failed.children {
+        let message = crate::chain(&failed.error);
+        let status = status::compute(
+            cc.status.as_ref(),
+            cc.metadata.generation,
+            &Outcome::ApplyFailed(message.clone()),
+            &now(),
+        );
+        status::apply_status(&ctx.client, cc, &status).await?;
+        ctx.publish(cc, EventType::Warning, "ApplyFailed", message)
+            .await;
+    }
+    Ok(failed.error)
+}
+
+/// Events for what the apply step changed. Pool events fire on transitions only: a
+/// pool created, its desired size changed since the last status, a pool removed.
+async fn report_applied(
     ctx: &Context,
     cc: &CacheCluster,
     cluster: &ValidatedCluster,
     observed: &Observed,
+    applied: &apply::Applied,
 ) {
+    if applied.service_monitor == apply::ServiceMonitorOutcome::Unavailable {
+        ctx.publish(
+            cc,
+            EventType::Warning,
+            "ServiceMonitorUnavailable",
+            "spec.monitoring.serviceMonitor is on, but this cluster has no monitoring.coreos.com \
+             ServiceMonitor resource (install the prometheus-operator CRDs); the nodes' metrics \
+             port is still served"
+                .into(),
+        )
+        .await;
+    }
     for pool in &cluster.pools {
         match observed.statefulset(&cluster.name, &pool.name) {
             None => {
@@ -202,7 +226,7 @@ async fn report_pool_changes(
                     .await;
             }
             Some(sts) => {
-                let before = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+                let before = scaled_from(cc.status.as_ref(), &pool.name, sts);
                 if before != pool.shards {
                     let note = format!(
                         "scaled pool {} from {before} to {} nodes",
@@ -213,18 +237,37 @@ async fn report_pool_changes(
             }
         }
     }
+    for pool in &applied.removed_pools {
+        ctx.publish(
+            cc,
+            EventType::Normal,
+            "PoolRemoved",
+            format!("removed pool {pool} and its nodes"),
+        )
+        .await;
+    }
 }
 
-/// Per pool: what each node runs, and the plan of this pass (ring, StatefulSet size,
-/// node calls).
-async fn plan_pools(
+/// The pool size a scale starts from: the desired shards the last status recorded (so a
+/// scale-in that drains over many passes is reported once), else the StatefulSet's.
+fn scaled_from(previous: Option<&CacheClusterStatus>, pool: &str, sts: &StatefulSet) -> i32 {
+    previous
+        .and_then(|status| status.pools.iter().find(|p| p.name == pool))
+        .map(|p| p.shards)
+        .or_else(|| sts.spec.as_ref().and_then(|s| s.replicas))
+        .unwrap_or(0)
+}
+
+/// Per pool: its pods as the plan sees them, with what each Ready node reports
+/// (`stats`), and the ring last published.
+async fn observe_pools(
     cluster: &ValidatedCluster,
     observed: &Observed,
     admin: &NodeAdmin,
     previous: Option<&CacheClusterStatus>,
     resize_supported: bool,
-) -> Vec<(PoolPlan, PoolObservation)> {
-    let mut plans = Vec::with_capacity(cluster.pools.len());
+) -> Vec<PoolObservation> {
+    let mut observations = Vec::with_capacity(cluster.pools.len());
     for pool in &cluster.pools {
         let sts = observed.statefulset(&cluster.name, &pool.name);
         let template_hash = build::statefulset::template_hash(cluster, pool);
@@ -277,9 +320,9 @@ async fn plan_pools(
             previous: observed.published_ring(&cluster.name, &pool.name),
             seen_ring_version,
         };
-        plans.push((plan::plan_pool(cluster, pool, &observation), observation));
+        observations.push(observation);
     }
-    plans
+    observations
 }
 
 fn pod_ip(pod: &Pod) -> Option<String> {
@@ -290,297 +333,22 @@ fn pod_ip(pod: &Pod) -> Option<String> {
         .filter(|ip| !ip.is_empty())
 }
 
-/// Runs the node calls of each pool's plan, in order; a failed call ends that pool's
-/// pass (the next pass plans again from what the nodes then report).
-async fn run_steps(
-    ctx: &Context,
-    cc: &CacheCluster,
+/// Sets the per-pool series of `cluster` and drops those of its removed pools.
+fn record_pool_metrics(
+    metrics: &Metrics,
     cluster: &ValidatedCluster,
-    admin: &NodeAdmin,
     plans: &[(PoolPlan, PoolObservation)],
-) -> Result<()> {
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+) {
     for (pool, (plan, observation)) in cluster.pools.iter().zip(plans) {
-        let topology = &plan.layout.topology;
-        if observation
-            .previous
-            .as_ref()
-            .is_some_and(|p| p.version != topology.version)
-        {
-            ctx.publish(
-                cc,
-                EventType::Normal,
-                "RingChanged",
-                format!(
-                    "pool {}: ring version {} ({})",
-                    pool.name,
-                    topology.version,
-                    describe_ring(topology)
-                ),
-            )
-            .await;
-        }
-        'steps: for step in &plan.steps {
-            match step {
-                Step::PushRing(targets) => {
-                    let doc = NodeDocument {
-                        config: NodeConfig::default(),
-                        topology: Some(topology.clone()),
-                    };
-                    let results =
-                        join_all(targets.iter().map(|(_, ip)| admin.configure(ip, &doc))).await;
-                    let mut failed = false;
-                    for ((name, _), result) in targets.iter().zip(results) {
-                        if let Err(err) = result {
-                            tracing::warn!(pod = %name, error = %crate::chain(&err), "ring push failed");
-                            ctx.metrics.node_call_failed("configure");
-                            failed = true;
-                        }
-                    }
-                    if failed {
-                        break 'steps;
-                    }
-                }
-                Step::Rebalance(name, ip) => match admin.rebalance(ip).await {
-                    Ok(moved) => {
-                        tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, "rebalanced");
-                        if moved.moved > 0 || moved.failed > 0 {
-                            ctx.publish(
-                                cc,
-                                EventType::Normal,
-                                "HandedOff",
-                                format!(
-                                    "{name} handed {} entries ({} bytes) to their owners; {} failed",
-                                    moved.moved, moved.moved_bytes, moved.failed
-                                ),
-                            )
-                            .await;
-                        }
-                        if moved.failed > 0 {
-                            break 'steps;
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(pod = %name, error = %crate::chain(&err), "rebalance failed");
-                        ctx.metrics.node_call_failed("rebalance");
-                        break 'steps;
-                    }
-                },
-                Step::Evict(name) => match pods_api.evict(name, &EvictParams::default()).await {
-                    Ok(_) => {
-                        ctx.publish(
-                            cc,
-                            EventType::Normal,
-                            "RestartingNode",
-                            format!("restarting {name} to apply the new pod template"),
-                        )
-                        .await;
-                    }
-                    // 429: the PDB does not allow it right now; try again shortly.
-                    Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {
-                        break 'steps;
-                    }
-                    Err(source) => {
-                        return Err(Error::Rollout {
-                            name: name.clone(),
-                            source,
-                        });
-                    }
-                },
-                Step::Resize(name) => {
-                    let (limit, request) = build::statefulset::memory_quantities(pool);
-                    let patch = serde_json::json!({"spec": {"containers": [{
-                        "name": rollout::NODE_CONTAINER,
-                        "resources": {"limits": {"memory": limit}, "requests": {"memory": request}},
-                    }]}});
-                    match pods_api
-                        .patch_subresource(
-                            "resize",
-                            name,
-                            &PatchParams::default(),
-                            &Patch::Strategic(&patch),
-                        )
-                        .await
-                    {
-                        Ok(_) => {
-                            ctx.publish(
-                                cc,
-                                EventType::Normal,
-                                "ResizingNode",
-                                format!("resizing {name} in place to memory limit {limit}"),
-                            )
-                            .await;
-                        }
-                        // No resize subresource (a cluster older than 1.33): restart instead.
-                        Err(kube::Error::Api(status))
-                            if status.code == 404 || status.code == 405 =>
-                        {
-                            tracing::warn!(pod = %name, "pod resize is not available; memory changes restart nodes with handoff");
-                            ctx.resize_supported.store(false, Ordering::Relaxed);
-                            break 'steps;
-                        }
-                        Err(source) => {
-                            return Err(Error::Rollout {
-                                name: name.clone(),
-                                source,
-                            });
-                        }
-                    }
-                }
-                Step::PushConfig(name, ip) | Step::PushBudget(name, ip) => {
-                    let mut config = build::configmap::compute_live_config(cluster, pool);
-                    if matches!(step, Step::PushBudget(..)) {
-                        let full = build::configmap::compute_node_config(cluster, pool);
-                        config.memory_budget = full.memory_budget;
-                        config.max_entry_size = full.max_entry_size;
-                    }
-                    let doc = NodeDocument {
-                        config,
-                        topology: None,
-                    };
-                    match admin.configure(ip, &doc).await {
-                        Ok(applied) => {
-                            tracing::info!(pod = %name, generation = applied.generation, "pushed live config");
-                            ctx.publish(
-                                cc,
-                                EventType::Normal,
-                                "NodeConfigured",
-                                format!("{name} runs config generation {}", applied.generation),
-                            )
-                            .await;
-                        }
-                        Err(err) => {
-                            tracing::warn!(pod = %name, error = %crate::chain(&err), "config push failed");
-                            ctx.metrics.node_call_failed("configure");
-                            break 'steps;
-                        }
-                    }
-                }
-            }
-        }
+        let figures = PoolFigures::compute(pool, cluster.generation, plan, observation);
+        metrics
+            .pools
+            .record(&PoolLabels::of(cluster, &pool.name), &figures);
     }
-    Ok(())
-}
-
-fn describe_ring(topology: &Topology) -> String {
-    topology
-        .members
-        .iter()
-        .map(|m| match m.state {
-            MemberState::Active => m.id.clone(),
-            MemberState::Joining => format!("{} joining", m.id),
-            MemberState::Draining => format!("{} draining", m.id),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The status of each pool from its plan and what its nodes reported.
-fn pool_statuses(
-    cluster: &ValidatedCluster,
-    plans: &[(PoolPlan, PoolObservation)],
-    previous: Option<&CacheClusterStatus>,
-) -> Vec<PoolStatus> {
-    let target = cluster.generation;
-    cluster
+    let wanted: BTreeSet<String> = cluster.pools.iter().map(|p| p.name.clone()).collect();
+    metrics
         .pools
-        .iter()
-        .zip(plans)
-        .map(|(pool, (plan, observation))| {
-            let in_pool = |n: &&NodeView| n.ordinal < pool.shards;
-            let at_target = |n: &NodeView| {
-                n.report
-                    .is_some_and(|r| i64::try_from(r.generation).unwrap_or(0) >= target)
-            };
-            let nodes_in_pool = || observation.nodes.iter().filter(in_pool);
-            let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-            PoolStatus {
-                name: pool.name.clone(),
-                shards: pool.shards,
-                ready_shards: count(nodes_in_pool().filter(|n| n.ready).count()),
-                config_generation: target,
-                updated_shards: count(
-                    nodes_in_pool()
-                        .filter(|n| n.ready && n.current_template && at_target(n))
-                        .count(),
-                ),
-                configured_shards: count(nodes_in_pool().filter(|n| at_target(n)).count()),
-                ring_version: i64::try_from(plan.layout.topology.version).unwrap_or(i64::MAX),
-                endpoint: Some(names::client_endpoint(
-                    &cluster.name,
-                    &pool.name,
-                    &cluster.namespace,
-                    cluster.port,
-                )),
-                phase: Some(describe_phase(&plan.phase)),
-                memory_resize: {
-                    let resizing = observation
-                        .nodes
-                        .iter()
-                        .any(|n| n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes));
-                    if resizing {
-                        // Nodes whose memory cannot change in place are marked outdated.
-                        let restarting = observation.nodes.iter().any(|n| {
-                            n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes)
-                                && !n.current_template
-                        });
-                        Some(
-                            if restarting {
-                                "RestartWithHandoff"
-                            } else {
-                                "InPlace"
-                            }
-                            .into(),
-                        )
-                    } else {
-                        previous
-                            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
-                            .and_then(|p| p.memory_resize.clone())
-                    }
-                },
-                nodes: observation
-                    .nodes
-                    .iter()
-                    .map(|n| NodeStatus {
-                        name: n.name.clone(),
-                        ready: n.ready,
-                        state: plan
-                            .layout
-                            .topology
-                            .members
-                            .iter()
-                            .find(|m| m.id == n.name)
-                            .map(|m| {
-                                match m.state {
-                                    MemberState::Active => "active",
-                                    MemberState::Joining => "joining",
-                                    MemberState::Draining => "draining",
-                                }
-                                .to_owned()
-                            }),
-                        config_generation: n
-                            .report
-                            .map(|r| i64::try_from(r.generation).unwrap_or(0)),
-                        ring_version: n.report.map(|r| i64::try_from(r.ring_version).unwrap_or(0)),
-                        entries: n.report.map(|r| i64::try_from(r.entries).unwrap_or(0)),
-                        current_template: n.current_template,
-                    })
-                    .collect(),
-            }
-        })
-        .collect()
-}
-
-fn describe_phase(phase: &Phase) -> String {
-    match phase {
-        Phase::Settled => "Settled".into(),
-        Phase::WaitingForNodes => "WaitingForNodes".into(),
-        Phase::Configuring => "Configuring".into(),
-        Phase::Resizing(node) => format!("Resizing {node}"),
-        Phase::Restarting(node) => format!("Restarting {node}"),
-        Phase::ScalingOut(nodes) => format!("ScalingOut {}", nodes.join(",")),
-        Phase::ScalingIn(nodes) => format!("ScalingIn {}", nodes.join(",")),
-    }
+        .retain_pools(&cluster.namespace, &cluster.name, &wanted);
 }
 
 /// Invalid specs wait for the user to edit the object; everything else retries.
@@ -626,6 +394,7 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
     let owned =
         watcher::Config::default().labels(&format!("app.kubernetes.io/name={}", names::APP_NAME));
     ctx.metrics.ready.store(true, Ordering::Relaxed);
+    let metrics = Arc::clone(&ctx.metrics);
     tracing::info!(namespace = ?watch_namespace, "controller running");
     Controller::new(clusters, watcher::Config::default())
         .owns(statefulsets, owned.clone())
@@ -634,13 +403,79 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
         .owns(pdbs, owned)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(cachecluster = %object.name, "reconciled"),
-                Err(err) => tracing::debug!(error = %err, "reconcile did not complete"),
+        .for_each(|result| {
+            let metrics = Arc::clone(&metrics);
+            async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(cachecluster = %object.name, "reconciled"),
+                    // A deleted CacheCluster: its per-pool series go with it.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                        metrics.pools.forget_cluster(
+                            object.namespace.as_deref().unwrap_or_default(),
+                            &object.name,
+                        );
+                    }
+                    Err(err) => tracing::debug!(error = %err, "reconcile did not complete"),
+                }
             }
         })
         .await;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crds::cachecluster::PoolStatus;
+    use k8s_openapi::api::apps::v1::StatefulSetSpec;
+
+    use super::*;
+
+    fn statefulset(replicas: i32) -> StatefulSet {
+        StatefulSet {
+            spec: Some(StatefulSetSpec {
+                replicas: Some(replicas),
+                ..StatefulSetSpec::default()
+            }),
+            ..StatefulSet::default()
+        }
+    }
+
+    fn status_with(pool: &str, shards: i32) -> CacheClusterStatus {
+        CacheClusterStatus {
+            pools: vec![PoolStatus {
+                name: pool.into(),
+                shards,
+                ready_shards: shards,
+                config_generation: 1,
+                updated_shards: shards,
+                configured_shards: shards,
+                ring_version: 1,
+                endpoint: None,
+                phase: None,
+                memory_resize: None,
+                nodes: Vec::new(),
+            }],
+            ..CacheClusterStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_scale_in_that_drains_over_many_passes_is_reported_once() {
+        // Pass 1: the spec went from 5 to 3 shards; the status still says 5.
+        let before = status_with("hot", 5);
+        assert_eq!(scaled_from(Some(&before), "hot", &statefulset(5)), 5);
+        // Later passes: the status says 3 while the StatefulSet keeps 5 pods draining.
+        let after = status_with("hot", 3);
+        assert_eq!(scaled_from(Some(&after), "hot", &statefulset(5)), 3);
+    }
+
+    #[test]
+    fn without_a_recorded_pool_the_statefulset_size_counts() {
+        assert_eq!(scaled_from(None, "hot", &statefulset(4)), 4);
+        assert_eq!(
+            scaled_from(Some(&status_with("cold", 2)), "hot", &statefulset(4)),
+            4
+        );
+    }
 }

@@ -6,11 +6,25 @@ use crds::cachecluster::InvalidSpec;
 /// Result with the operator's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Why the auth token could not be read from its Secret.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The Secret cannot be read.
+    #[error("the Secret cannot be read")]
+    Get(#[source] kube::Error),
+    /// The Secret has no such key.
+    #[error("the key is missing")]
+    MissingKey,
+    /// The token is not text.
+    #[error("the token is not UTF-8")]
+    NotUtf8(#[source] std::string::FromUtf8Error),
+}
+
 /// What a reconcile can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The spec breaks a rule; the user must edit the object.
-    #[error("{0}")]
+    #[error("the spec is invalid")]
     InvalidSpec(#[source] InvalidSpec),
     /// Reading current state failed.
     #[error("failed to list {kind} of cluster {cluster}")]
@@ -55,14 +69,15 @@ pub enum Error {
         source: kube::Error,
     },
     /// The auth Secret named in the spec cannot be read, so nodes cannot be called.
-    #[error("cannot read the auth token from Secret {secret} key {key}: {reason}")]
+    #[error("cannot read the auth token from Secret {secret} key {key}")]
     AuthSecret {
         /// Secret name.
         secret: String,
         /// Key in the Secret.
         key: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: TokenError,
     },
     /// Writing status failed.
     #[error("failed to write status of {name}")]

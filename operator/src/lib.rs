@@ -1,27 +1,29 @@
 //! FlightCache operator: reconciles `CacheCluster` resources into pools of Arrow Flight
 //! cache nodes (ConfigMap, headless and client Services, PDB, StatefulSet per pool).
 //!
-//! - [`validate`]: CacheCluster → validated model; [`build`]: pure object builders.
-//! - [`observe`], [`apply`]: read-only I/O and server-side apply.
-//! - [`plan`]: the pure per-pass planner (ring states, live config, resizes, restarts
-//!   with handoff, scaling); [`ring`]: the published ring; [`nodes`]: calls to nodes.
-//! - [`rollout`]: pod readiness and template readers; [`status`]: conditions and pool
+//! - [`validate`]: CacheCluster → validated model; `build`: pure object builders.
+//! - `observe`, `apply`: read-only I/O and server-side apply.
+//! - `plan`: the pure per-pass planner (ring states, live config, resizes, restarts
+//!   with handoff, scaling); `ring`: the published ring; `nodes`: calls to nodes.
+//! - `rollout`: pod readiness and template readers; `status`: conditions and pool
 //!   figures.
-//! - [`controller`]: the loop; [`leader`]: Lease election; [`metrics`]: Prometheus.
+//! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
+//!   election; [`metrics`]: Prometheus.
 
-pub mod apply;
-pub mod build;
+pub(crate) mod apply;
+pub(crate) mod build;
 pub mod config;
 pub mod controller;
 pub mod error;
+mod execute;
 pub mod leader;
 pub mod metrics;
-pub mod nodes;
-pub mod observe;
-pub mod plan;
-pub mod ring;
-pub mod rollout;
-pub mod status;
+pub(crate) mod nodes;
+pub(crate) mod observe;
+pub(crate) mod plan;
+pub(crate) mod ring;
+pub(crate) mod rollout;
+pub(crate) mod status;
 pub mod telemetry;
 pub mod validate;
 
@@ -34,17 +36,7 @@ use crate::controller::Context;
 use crate::metrics::Metrics;
 use crate::validate::Defaults;
 
-/// An error and its sources on one line.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}
+pub(crate) use crds::chain;
 
 /// Runs the operator: metrics server, optional leader election, controller.
 ///

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use arrow_flight::{Action, FlightClient};
 use bytes::Bytes;
+use crds::admin::{self, AdminAction, AnswerError, ConfigureAnswer, RebalanceAnswer, StatsAnswer};
 use crds::node_config::NodeDocument;
 use futures::StreamExt;
-use serde::Deserialize;
 use tonic::transport::Endpoint;
 
 /// How long the operator waits to connect to a node.
@@ -36,7 +36,7 @@ pub enum NodeCallError {
         /// `ip:port`.
         address: String,
         /// The action.
-        action: &'static str,
+        action: AdminAction,
         /// The deadline.
         timeout: Duration,
     },
@@ -46,20 +46,19 @@ pub enum NodeCallError {
         /// `ip:port`.
         address: String,
         /// The action.
-        action: &'static str,
+        action: AdminAction,
         /// The Flight error, with the node's status message.
         #[source]
         source: arrow_flight::error::FlightError,
     },
     /// The answer is not the JSON the action documents.
-    #[error("node {address}: {action} answered something unexpected: {reason}")]
+    #[error("node {address}: unexpected answer")]
     Answer {
         /// `ip:port`.
         address: String,
-        /// The action.
-        action: &'static str,
-        /// Why it could not be read.
-        reason: String,
+        /// The action and what could not be read.
+        #[source]
+        source: AnswerError,
     },
 }
 
@@ -74,45 +73,6 @@ pub struct NodeReport {
     pub entries: u64,
     /// Its byte budget.
     pub budget_bytes: u64,
-}
-
-/// What `configure` applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Configured {
-    /// The config generation now running.
-    pub generation: u64,
-    /// The ring version now routing.
-    pub ring_version: u64,
-}
-
-/// What `rebalance` moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Rebalanced {
-    /// Entries sent to their owners and removed here.
-    #[serde(default)]
-    pub moved: u64,
-    /// Their bytes.
-    #[serde(default)]
-    pub moved_bytes: u64,
-    /// Entries that could not be sent (kept here).
-    #[serde(default)]
-    pub failed: u64,
-    /// Entries this node still owns.
-    #[serde(default)]
-    pub kept: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StatsAnswer {
-    generation: u64,
-    entries: u64,
-    budget_bytes: u64,
-    /// Absent from nodes without a ring.
-    #[serde(default)]
-    ring_version: u64,
 }
 
 /// Calls nodes of one cluster (same port and token for every node).
@@ -144,7 +104,7 @@ impl NodeAdmin {
     /// [`NodeCallError`] naming the node and the action.
     pub async fn report(&self, ip: &str) -> Result<NodeReport, NodeCallError> {
         let stats: StatsAnswer = self
-            .call_json(ip, "stats", Bytes::new(), CALL_TIMEOUT)
+            .call_json(ip, AdminAction::Stats, Bytes::new(), CALL_TIMEOUT)
             .await?;
         Ok(NodeReport {
             generation: stats.generation,
@@ -162,9 +122,10 @@ impl NodeAdmin {
         &self,
         ip: &str,
         doc: &NodeDocument,
-    ) -> Result<Configured, NodeCallError> {
+    ) -> Result<ConfigureAnswer, NodeCallError> {
         let body = Bytes::from(doc.to_json());
-        self.call_json(ip, "configure", body, CALL_TIMEOUT).await
+        self.call_json(ip, AdminAction::Configure, body, CALL_TIMEOUT)
+            .await
     }
 
     /// Asks the node at `ip` to hand every entry it does not own under its current ring
@@ -172,8 +133,8 @@ impl NodeAdmin {
     ///
     /// # Errors
     /// [`NodeCallError`].
-    pub async fn rebalance(&self, ip: &str) -> Result<Rebalanced, NodeCallError> {
-        self.call_json(ip, "rebalance", Bytes::new(), REBALANCE_TIMEOUT)
+    pub async fn rebalance(&self, ip: &str) -> Result<RebalanceAnswer, NodeCallError> {
+        self.call_json(ip, AdminAction::Rebalance, Bytes::new(), REBALANCE_TIMEOUT)
             .await
     }
 
@@ -188,23 +149,19 @@ impl NodeAdmin {
     async fn call_json<T: serde::de::DeserializeOwned>(
         &self,
         ip: &str,
-        action: &'static str,
+        action: AdminAction,
         body: Bytes,
         timeout: Duration,
     ) -> Result<T, NodeCallError> {
         let address = self.address(ip);
         let answer = self.call(&address, action, body, timeout).await?;
-        serde_json::from_slice(&answer).map_err(|err| NodeCallError::Answer {
-            address,
-            action,
-            reason: err.to_string(),
-        })
+        admin::decode(action, &answer).map_err(|source| NodeCallError::Answer { address, source })
     }
 
     async fn call(
         &self,
         address: &str,
-        action: &'static str,
+        action: AdminAction,
         body: Bytes,
         timeout: Duration,
     ) -> Result<Bytes, NodeCallError> {
@@ -228,7 +185,7 @@ impl NodeAdmin {
         }
         let call = async {
             let mut results = client
-                .do_action(Action::new(action, body))
+                .do_action(Action::new(action.as_str(), body))
                 .await
                 .map_err(flight)?;
             match results.next().await {

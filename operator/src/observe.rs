@@ -7,7 +7,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::build::names;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TokenError};
 
 /// The observed children of one CacheCluster.
 #[derive(Debug, Clone, Default)]
@@ -77,22 +77,22 @@ pub async fn read_token(
     key: &str,
 ) -> Result<String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let failed = |reason: String| Error::AuthSecret {
+    let failed = |source: TokenError| Error::AuthSecret {
         secret: secret.to_owned(),
         key: key.to_owned(),
-        reason,
+        source,
     };
     let found = api
         .get(secret)
         .await
-        .map_err(|err| failed(err.to_string()))?;
+        .map_err(|err| failed(TokenError::Get(err)))?;
     let bytes = found
         .data
         .as_ref()
         .and_then(|data| data.get(key))
-        .ok_or_else(|| failed("the key is missing".into()))?;
+        .ok_or_else(|| failed(TokenError::MissingKey))?;
     let token =
-        String::from_utf8(bytes.0.clone()).map_err(|_| failed("the token is not UTF-8".into()))?;
+        String::from_utf8(bytes.0.clone()).map_err(|err| failed(TokenError::NotUtf8(err)))?;
     Ok(token.trim().to_owned())
 }
 

@@ -117,6 +117,38 @@ pub enum Phase {
     Resizing(String),
 }
 
+impl Phase {
+    /// Every phase's metric name (the `phase` label of
+    /// `flightcache_operator_pool_rollout_phase`).
+    pub const NAMES: [&'static str; 7] = [
+        "settled",
+        "waiting_for_nodes",
+        "configuring",
+        "resizing",
+        "restarting",
+        "scaling_out",
+        "scaling_in",
+    ];
+
+    /// Whether a change of running nodes (config, ring, restarts) is under way.
+    pub fn rolling_out(&self) -> bool {
+        !matches!(self, Self::Settled | Self::WaitingForNodes)
+    }
+
+    /// The phase's name in snake_case, without the nodes it concerns.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Settled => "settled",
+            Self::WaitingForNodes => "waiting_for_nodes",
+            Self::Configuring => "configuring",
+            Self::Resizing(_) => "resizing",
+            Self::Restarting(_) => "restarting",
+            Self::ScalingOut(_) => "scaling_out",
+            Self::ScalingIn(_) => "scaling_in",
+        }
+    }
+}
+
 /// The plan of one pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolPlan {
@@ -132,11 +164,6 @@ impl PoolPlan {
     /// Whether the pool is still changing (including nodes still starting).
     pub fn progressing(&self) -> bool {
         self.phase != Phase::Settled
-    }
-
-    /// Whether a change of running nodes (config, ring, restarts) is under way.
-    pub fn rolling_out(&self) -> bool {
-        !matches!(self.phase, Phase::Settled | Phase::WaitingForNodes)
     }
 }
 
@@ -432,6 +459,21 @@ mod tests {
             None,
             0,
         )
+    }
+
+    #[test]
+    fn every_phase_has_one_distinct_metric_name() {
+        let phases = [
+            Phase::Settled,
+            Phase::WaitingForNodes,
+            Phase::Configuring,
+            Phase::Resizing("p-1".into()),
+            Phase::Restarting("p-1".into()),
+            Phase::ScalingOut(vec!["p-3".into()]),
+            Phase::ScalingIn(vec!["p-2".into()]),
+        ];
+        let names: Vec<&str> = phases.iter().map(Phase::as_str).collect();
+        assert_eq!(names, Phase::NAMES);
     }
 
     #[test]

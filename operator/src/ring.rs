@@ -88,8 +88,9 @@ pub fn same_ring(a: &Topology, b: &Topology) -> bool {
     key(a) == key(b)
 }
 
-/// Every ordinal below `shards` active.
-pub fn all_active(shards: i32) -> BTreeMap<i32, MemberState> {
+/// Every ordinal below `shards` active (a test fixture).
+#[cfg(test)]
+pub(crate) fn all_active(shards: i32) -> BTreeMap<i32, MemberState> {
     (0..shards.max(0))
         .map(|ordinal| (ordinal, MemberState::Active))
         .collect()

@@ -3,7 +3,7 @@
 //!
 //! `lastTransitionTime` of a condition moves only when its status flips.
 
-use crds::cachecluster::{CacheCluster, CacheClusterStatus, PoolStatus};
+use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
 use crds::conditions::{self, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
@@ -11,7 +11,10 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::apply::FIELD_MANAGER;
+use crate::build::names;
 use crate::error::{Error, Result};
+use crate::plan::{NodeView, Phase, PoolObservation, PoolPlan};
+use crate::validate::ValidatedCluster;
 
 /// What a reconcile pass found.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,23 +27,18 @@ pub enum Outcome {
     Reconciled {
         /// Per-pool status, in spec order.
         pools: Vec<PoolStatus>,
-        /// A node restart of a rollout is in progress.
-        rolling_out: bool,
+        /// Each pool's phase, in the same order.
+        phases: Vec<Phase>,
     },
 }
 
 /// The Progressing reason of a rollout, from the first pool that is changing: a
 /// resize, a live configuration push, a ring change, or (otherwise) a restart.
-fn rollout_reason(pools: &[PoolStatus]) -> &'static str {
-    let phase = pools
-        .iter()
-        .filter_map(|pool| pool.phase.as_deref())
-        .find(|phase| !matches!(*phase, "Settled" | "WaitingForNodes"))
-        .unwrap_or_default();
-    match phase.split(' ').next().unwrap_or_default() {
-        "Resizing" => reasons::RESIZING,
-        "Configuring" => reasons::CONFIGURING,
-        "ScalingOut" | "ScalingIn" => reasons::REBALANCING,
+fn rollout_reason(phases: &[Phase]) -> &'static str {
+    match phases.iter().find(|phase| phase.rolling_out()) {
+        Some(Phase::Resizing(_)) => reasons::RESIZING,
+        Some(Phase::Configuring) => reasons::CONFIGURING,
+        Some(Phase::ScalingOut(_) | Phase::ScalingIn(_)) => reasons::REBALANCING,
         _ => reasons::ROLLING_OUT,
     }
 }
@@ -76,7 +74,7 @@ pub fn compute(
             reasons::APPLY_FAILED,
             message.clone(),
         )],
-        Outcome::Reconciled { pools, rolling_out } => {
+        Outcome::Reconciled { pools, phases } => {
             let shards: i32 = pools.iter().map(|p| p.shards).sum();
             let ready: i32 = pools.iter().map(|p| p.ready_shards).sum();
             let updated: i32 = pools.iter().map(|p| p.updated_shards).sum();
@@ -92,22 +90,24 @@ pub fn compute(
             status.updated_shards = Some(updated);
             status.config_generation = generation;
             let all_ready = ready == shards;
-            let (progressing, reason, message) = if *rolling_out {
+            let (progressing, reason, message) = if phases.iter().any(Phase::rolling_out) {
                 let changing: Vec<String> = pools
                     .iter()
-                    .filter_map(|p| {
-                        let phase = p.phase.as_deref()?;
-                        (phase != "Settled").then(|| {
-                            format!(
-                                "pool {}: {phase} ({}/{} nodes up to date)",
-                                p.name, p.updated_shards, p.shards
-                            )
-                        })
+                    .zip(phases)
+                    .filter(|(_, phase)| **phase != Phase::Settled)
+                    .map(|(p, phase)| {
+                        format!(
+                            "pool {}: {} ({}/{} nodes up to date)",
+                            p.name,
+                            describe_phase(phase),
+                            p.updated_shards,
+                            p.shards
+                        )
                     })
                     .collect();
                 (
                     true,
-                    rollout_reason(pools),
+                    rollout_reason(phases),
                     if changing.is_empty() {
                         format!("{updated}/{shards} nodes up to date")
                     } else {
@@ -245,6 +245,107 @@ pub async fn apply_status(
     })
 }
 
+/// The status of each pool from its plan and what its nodes reported.
+pub(crate) fn pool_statuses(
+    cluster: &ValidatedCluster,
+    plans: &[(PoolPlan, PoolObservation)],
+    previous: Option<&CacheClusterStatus>,
+) -> Vec<PoolStatus> {
+    let target = cluster.generation;
+    cluster
+        .pools
+        .iter()
+        .zip(plans)
+        .map(|(pool, (plan, observation))| {
+            let in_pool = |n: &&NodeView| n.ordinal < pool.shards;
+            let at_target = |n: &NodeView| {
+                n.report
+                    .is_some_and(|r| i64::try_from(r.generation).unwrap_or(0) >= target)
+            };
+            let nodes_in_pool = || observation.nodes.iter().filter(in_pool);
+            let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+            PoolStatus {
+                name: pool.name.clone(),
+                shards: pool.shards,
+                ready_shards: count(nodes_in_pool().filter(|n| n.ready).count()),
+                config_generation: target,
+                updated_shards: count(
+                    nodes_in_pool()
+                        .filter(|n| n.ready && n.current_template && at_target(n))
+                        .count(),
+                ),
+                configured_shards: count(nodes_in_pool().filter(|n| at_target(n)).count()),
+                ring_version: i64::try_from(plan.layout.topology.version).unwrap_or(i64::MAX),
+                endpoint: Some(names::client_endpoint(
+                    &cluster.name,
+                    &pool.name,
+                    &cluster.namespace,
+                    cluster.port,
+                )),
+                phase: Some(describe_phase(&plan.phase)),
+                memory_resize: {
+                    let resizing = observation
+                        .nodes
+                        .iter()
+                        .any(|n| n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes));
+                    if resizing {
+                        // Nodes whose memory cannot change in place are marked outdated.
+                        let restarting = observation.nodes.iter().any(|n| {
+                            n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes)
+                                && !n.current_template
+                        });
+                        Some(
+                            if restarting {
+                                "RestartWithHandoff"
+                            } else {
+                                "InPlace"
+                            }
+                            .into(),
+                        )
+                    } else {
+                        previous
+                            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
+                            .and_then(|p| p.memory_resize.clone())
+                    }
+                },
+                nodes: observation
+                    .nodes
+                    .iter()
+                    .map(|n| NodeStatus {
+                        name: n.name.clone(),
+                        ready: n.ready,
+                        state: plan
+                            .layout
+                            .topology
+                            .members
+                            .iter()
+                            .find(|m| m.id == n.name)
+                            .map(|m| m.state.as_str().to_owned()),
+                        config_generation: n
+                            .report
+                            .map(|r| i64::try_from(r.generation).unwrap_or(0)),
+                        ring_version: n.report.map(|r| i64::try_from(r.ring_version).unwrap_or(0)),
+                        entries: n.report.map(|r| i64::try_from(r.entries).unwrap_or(0)),
+                        current_template: n.current_template,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn describe_phase(phase: &Phase) -> String {
+    match phase {
+        Phase::Settled => "Settled".into(),
+        Phase::WaitingForNodes => "WaitingForNodes".into(),
+        Phase::Configuring => "Configuring".into(),
+        Phase::Resizing(node) => format!("Resizing {node}"),
+        Phase::Restarting(node) => format!("Restarting {node}"),
+        Phase::ScalingOut(nodes) => format!("ScalingOut {}", nodes.join(",")),
+        Phase::ScalingIn(nodes) => format!("ScalingIn {}", nodes.join(",")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,20 +372,40 @@ mod tests {
 
     #[test]
     fn a_rollout_names_what_changes() {
-        let with_phase = |phase: &str| PoolStatus {
-            phase: Some(phase.into()),
-            ..pool(3, 3)
-        };
         for (phase, reason) in [
-            ("Resizing demo-hot-1", reasons::RESIZING),
-            ("Configuring", reasons::CONFIGURING),
-            ("ScalingOut demo-hot-3", reasons::REBALANCING),
-            ("ScalingIn demo-hot-2", reasons::REBALANCING),
-            ("Restarting demo-hot-2", reasons::ROLLING_OUT),
+            (Phase::Resizing("demo-hot-1".into()), reasons::RESIZING),
+            (Phase::Configuring, reasons::CONFIGURING),
+            (
+                Phase::ScalingOut(vec!["demo-hot-3".into()]),
+                reasons::REBALANCING,
+            ),
+            (
+                Phase::ScalingIn(vec!["demo-hot-2".into()]),
+                reasons::REBALANCING,
+            ),
+            (Phase::Restarting("demo-hot-2".into()), reasons::ROLLING_OUT),
         ] {
-            let pools = vec![with_phase("Settled"), with_phase(phase)];
-            assert_eq!(rollout_reason(&pools), reason, "{phase}");
+            let phases = [Phase::WaitingForNodes, Phase::Settled, phase.clone()];
+            assert_eq!(rollout_reason(&phases), reason, "{phase:?}");
         }
+    }
+
+    #[test]
+    fn the_progressing_message_names_each_changing_pool() {
+        let status = compute(
+            None,
+            Some(1),
+            &Outcome::Reconciled {
+                pools: vec![pool(3, 3), pool(3, 2)],
+                phases: vec![Phase::Settled, Phase::Restarting("demo-hot-2".into())],
+            },
+            &time(100),
+        );
+        let progressing = condition(&status, "Progressing");
+        assert_eq!(
+            progressing.message,
+            "pool hot: Restarting demo-hot-2 (2/3 nodes up to date)"
+        );
     }
 
     fn condition<'a>(status: &'a CacheClusterStatus, type_: &str) -> &'a Condition {
@@ -297,7 +418,7 @@ mod tests {
             (
                 Outcome::Reconciled {
                     pools: vec![pool(3, 0)],
-                    rolling_out: false,
+                    phases: vec![Phase::Settled],
                 },
                 ("False", "ShardsNotReady"),
                 ("True", "Creating"),
@@ -306,7 +427,7 @@ mod tests {
             (
                 Outcome::Reconciled {
                     pools: vec![pool(3, 2)],
-                    rolling_out: false,
+                    phases: vec![Phase::Settled],
                 },
                 ("False", "ShardsNotReady"),
                 ("True", "ShardsNotReady"),
@@ -315,7 +436,7 @@ mod tests {
             (
                 Outcome::Reconciled {
                     pools: vec![pool(3, 3)],
-                    rolling_out: true,
+                    phases: vec![Phase::Restarting("demo-hot-0".into())],
                 },
                 ("True", "AllShardsReady"),
                 ("True", "RollingOut"),
@@ -324,7 +445,7 @@ mod tests {
             (
                 Outcome::Reconciled {
                     pools: vec![pool(3, 3)],
-                    rolling_out: false,
+                    phases: vec![Phase::Settled],
                 },
                 ("True", "AllShardsReady"),
                 ("False", "RolloutComplete"),
@@ -363,7 +484,7 @@ mod tests {
             Some(1),
             &Outcome::Reconciled {
                 pools: vec![pool(3, 1)],
-                rolling_out: false,
+                phases: vec![Phase::Settled],
             },
             &time(100),
         );
@@ -372,7 +493,7 @@ mod tests {
             Some(1),
             &Outcome::Reconciled {
                 pools: vec![pool(3, 2)],
-                rolling_out: false,
+                phases: vec![Phase::Settled],
             },
             &time(200),
         );
@@ -382,7 +503,7 @@ mod tests {
             Some(1),
             &Outcome::Reconciled {
                 pools: vec![pool(3, 3)],
-                rolling_out: false,
+                phases: vec![Phase::Settled],
             },
             &time(300),
         );

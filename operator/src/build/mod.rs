@@ -66,8 +66,9 @@ pub struct PoolLayout {
 }
 
 impl PoolLayout {
-    /// A new pool: every node active, ring version 1.
-    pub fn initial(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Self {
+    /// A new pool: every node active, ring version 1 (a test fixture).
+    #[cfg(test)]
+    pub(crate) fn initial(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Self {
         Self {
             topology: crate::ring::plan_topology(
                 cluster,

@@ -2,6 +2,11 @@
 //! one per CacheCluster, scraping the `metrics` port of every pool's headless Service,
 //! so each node is scraped once (the client Services front the same pods). Pure.
 //!
+//! Every node series gets `cachecluster` and `pool` from the Service's labels
+//! (prometheus-operator adds `namespace`, `pod`, `service`, `endpoint` itself), the
+//! labels the dashboards and alert rules select on (docs/metrics.md). The interval is
+//! 30s: the CRD has no interval field.
+//!
 //! Built as a dynamic object: the `monitoring.coreos.com` types are not part of
 //! Kubernetes, and the operator must run where they are not installed.
 
@@ -17,6 +22,24 @@ pub fn service_monitor_resource() -> ApiResource {
         &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
         "servicemonitors",
     )
+}
+
+/// How often each node is scraped.
+const SCRAPE_INTERVAL: &str = "30s";
+
+/// A relabeling that copies the scraped Service's label `service_label` into
+/// `target_label` (Prometheus exposes it as `__meta_kubernetes_service_label_<name>`,
+/// every character outside `[a-zA-Z0-9_]` replaced by `_`).
+fn relabel(service_label: &str, target_label: &str) -> serde_json::Value {
+    let meta: String = service_label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    json!({
+        "sourceLabels": [format!("__meta_kubernetes_service_label_{meta}")],
+        "targetLabel": target_label,
+        "action": "replace",
+    })
 }
 
 /// The ServiceMonitor `<cluster>-nodes` for `cluster`.
@@ -42,9 +65,15 @@ pub fn build_service_monitor(cluster: &ValidatedCluster) -> DynamicObject {
         "spec": {
             "selector": { "matchLabels": selector },
             "namespaceSelector": { "matchNames": [cluster.namespace] },
-            "endpoints": [{ "port": "metrics", "path": "/metrics", "interval": "30s" }],
-            // Each node's series carry its pool and pod name.
-            "targetLabels": [names::POOL_LABEL],
+            "endpoints": [{
+                "port": "metrics",
+                "path": "/metrics",
+                "interval": SCRAPE_INTERVAL,
+                "relabelings": [
+                    relabel(names::INSTANCE_LABEL, "cachecluster"),
+                    relabel(names::POOL_LABEL, "pool"),
+                ],
+            }],
         }
     });
     monitor
@@ -72,6 +101,24 @@ mod tests {
         assert_eq!(selector[names::SERVICE_ROLE_LABEL], "nodes");
         assert_eq!(selector[names::INSTANCE_LABEL], "demo");
         assert_eq!(value["spec"]["endpoints"][0]["port"], "metrics");
+        assert_eq!(value["spec"]["endpoints"][0]["interval"], "30s");
+        // Every node series carries its cluster and pool (docs/metrics.md).
+        assert_eq!(
+            value["spec"]["endpoints"][0]["relabelings"],
+            json!([
+                {
+                    "sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"],
+                    "targetLabel": "cachecluster",
+                    "action": "replace",
+                },
+                {
+                    "sourceLabels": ["__meta_kubernetes_service_label_flightcache_dev_pool"],
+                    "targetLabel": "pool",
+                    "action": "replace",
+                },
+            ])
+        );
+        assert!(value["spec"].get("targetLabels").is_none());
         assert_eq!(value["spec"]["namespaceSelector"]["matchNames"][0], "cache");
         // The headless Services carry the label it selects; the client Services do not.
         for pool in &cluster.pools {

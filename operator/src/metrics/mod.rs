@@ -1,8 +1,13 @@
 //! The operator's own Prometheus metrics and its health endpoints.
 //!
 //! `flightcache_operator_reconciles_total`, `..._reconcile_errors_total{category}`,
-//! `..._reconcile_duration_seconds`, `..._leader` (1 while this replica leads).
+//! `..._reconcile_duration_seconds`, `..._leader` (1 while this replica leads),
+//! `..._node_call_failures_total{action}`, and the per-pool series of [`pools`].
 //! Served with `/healthz` and `/readyz` on the metrics address.
+
+mod pools;
+
+pub(crate) use pools::{PoolFigures, PoolLabels};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +44,8 @@ pub struct Metrics {
     duration: Histogram,
     leader: Gauge,
     node_call_failures: Family<ActionLabels, Counter>,
+    /// Per-pool series.
+    pub(crate) pools: pools::PoolMetrics,
     /// True once the controller runs (for `/readyz`).
     pub ready: AtomicBool,
 }
@@ -75,6 +82,7 @@ impl Default for Metrics {
             "Failed calls to cache nodes (ring and config pushes, rebalances), by action",
             node_call_failures.clone(),
         );
+        let pools = pools::PoolMetrics::register(&mut registry);
         Self {
             registry,
             reconciles,
@@ -82,6 +90,7 @@ impl Default for Metrics {
             duration,
             leader,
             node_call_failures,
+            pools,
             ready: AtomicBool::new(false),
         }
     }
@@ -103,9 +112,11 @@ impl Metrics {
     }
 
     /// Counts a failed call to a node.
-    pub fn node_call_failed(&self, action: &'static str) {
+    pub fn node_call_failed(&self, action: crds::admin::AdminAction) {
         self.node_call_failures
-            .get_or_create(&ActionLabels { action })
+            .get_or_create(&ActionLabels {
+                action: action.as_str(),
+            })
             .inc();
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 
 use crate::histogram::Histogram;
 
@@ -39,6 +39,66 @@ pub(crate) enum Outcome {
     PutOk,
     /// A refill DoPut failed.
     PutError(CallError),
+}
+
+/// The summary fields of [`Counters`] (in the totals, each phase and each interval).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CounterFields {
+    pub(crate) gets: u64,
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) corrupt: u64,
+    pub(crate) puts: u64,
+    pub(crate) errors: u64,
+    pub(crate) errors_by_code: BTreeMap<&'static str, u64>,
+    pub(crate) ops: u64,
+    pub(crate) ops_per_s: Option<f64>,
+    pub(crate) hit_ratio: Option<f64>,
+    pub(crate) p50_ms: Option<f64>,
+    pub(crate) p99_ms: Option<f64>,
+    pub(crate) max_ms: Option<f64>,
+}
+
+/// The run's totals.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Totals {
+    #[serde(flatten)]
+    pub(crate) counts: CounterFields,
+    pub(crate) seconds: f64,
+}
+
+/// One phase of the run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PhaseReport {
+    pub(crate) phase: String,
+    pub(crate) seconds: f64,
+    pub(crate) intervals: usize,
+    pub(crate) error_intervals: usize,
+    pub(crate) max_consecutive_error_intervals: u64,
+    #[serde(flatten)]
+    pub(crate) counts: CounterFields,
+}
+
+/// One closed interval.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct IntervalReport {
+    pub(crate) t_s: f64,
+    pub(crate) seconds: f64,
+    pub(crate) phase: String,
+    #[serde(flatten)]
+    pub(crate) counts: CounterFields,
+}
+
+/// The `totals`, `phases`, `intervals` and derived fields of the summary.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    pub(crate) totals: Totals,
+    pub(crate) max_consecutive_error_intervals: u64,
+    pub(crate) max_consecutive_error_s: f64,
+    pub(crate) phases: Vec<PhaseReport>,
+    pub(crate) error_samples: Vec<String>,
+    pub(crate) corrupt_samples: Vec<String>,
+    pub(crate) intervals: Vec<IntervalReport>,
 }
 
 /// Counts over some span (an interval, a phase, the run).
@@ -81,8 +141,8 @@ impl Counters {
         (self.gets > 0).then(|| self.hits as f64 / self.gets as f64)
     }
 
-    /// The JSON fields of these counts over `seconds`.
-    pub(crate) fn to_json(&self, seconds: f64) -> Map<String, Value> {
+    /// The summary fields of these counts over `seconds`.
+    pub(crate) fn to_json(&self, seconds: f64) -> CounterFields {
         let ms = |micros: Option<u64>| micros.map(|us| round3(us as f64 / 1000.0));
         let ops = self.gets + self.puts;
         let ops_per_s = if seconds > 0.0 {
@@ -90,24 +150,20 @@ impl Counters {
         } else {
             None
         };
-        let json = json!({
-            "gets": self.gets,
-            "hits": self.hits,
-            "misses": self.misses,
-            "corrupt": self.corrupt,
-            "puts": self.puts,
-            "errors": self.errors,
-            "errors_by_code": self.errors_by_code,
-            "ops": ops,
-            "ops_per_s": ops_per_s,
-            "hit_ratio": self.hit_ratio().map(round6),
-            "p50_ms": ms(self.latency.quantile(0.5)),
-            "p99_ms": ms(self.latency.quantile(0.99)),
-            "max_ms": ms(self.latency.max()),
-        });
-        match json {
-            Value::Object(map) => map,
-            _ => Map::new(),
+        CounterFields {
+            gets: self.gets,
+            hits: self.hits,
+            misses: self.misses,
+            corrupt: self.corrupt,
+            puts: self.puts,
+            errors: self.errors,
+            errors_by_code: self.errors_by_code.clone(),
+            ops,
+            ops_per_s,
+            hit_ratio: self.hit_ratio().map(round6),
+            p50_ms: ms(self.latency.quantile(0.5)),
+            p99_ms: ms(self.latency.quantile(0.99)),
+            max_ms: ms(self.latency.max()),
         }
     }
 
@@ -284,19 +340,10 @@ impl Recorder {
 
     /// The `totals`, `phases`, `intervals` and derived fields of the summary, as of `now`
     /// after `run_s` seconds of running.
-    pub(crate) fn report(&self, run_s: f64, interval_s: f64, now: Instant) -> Map<String, Value> {
+    pub(crate) fn report(&self, run_s: f64, interval_s: f64, now: Instant) -> Report {
         let state = self.state.lock();
-        let mut out = Map::new();
-        let mut totals = state.total.to_json(run_s);
-        totals.insert("seconds".into(), json!(round3(run_s)));
-        out.insert("totals".into(), Value::Object(totals));
         let longest = longest_error_run(state.intervals.iter());
-        out.insert("max_consecutive_error_intervals".into(), json!(longest));
-        out.insert(
-            "max_consecutive_error_s".into(),
-            json!(round3(longest as f64 * interval_s)),
-        );
-        let phases: Vec<Value> = state
+        let phases = state
             .phases
             .iter()
             .enumerate()
@@ -309,39 +356,38 @@ impl Recorder {
                         .as_secs_f64();
                 }
                 let mine = || state.intervals.iter().filter(|iv| iv.phase == p.label);
-                let mut fields = Map::new();
-                fields.insert("phase".into(), json!(p.label));
-                fields.insert("seconds".into(), json!(round3(seconds)));
-                fields.insert("intervals".into(), json!(mine().count()));
-                fields.insert(
-                    "error_intervals".into(),
-                    json!(mine().filter(|iv| iv.counters.errors > 0).count()),
-                );
-                fields.insert(
-                    "max_consecutive_error_intervals".into(),
-                    json!(longest_error_run(mine())),
-                );
-                fields.extend(p.counters.to_json(seconds));
-                Value::Object(fields)
+                PhaseReport {
+                    phase: p.label.clone(),
+                    seconds: round3(seconds),
+                    intervals: mine().count(),
+                    error_intervals: mine().filter(|iv| iv.counters.errors > 0).count(),
+                    max_consecutive_error_intervals: longest_error_run(mine()),
+                    counts: p.counters.to_json(seconds),
+                }
             })
             .collect();
-        out.insert("phases".into(), Value::Array(phases));
-        out.insert("error_samples".into(), json!(state.error_samples));
-        out.insert("corrupt_samples".into(), json!(state.corrupt_samples));
-        let intervals: Vec<Value> = state
+        let intervals = state
             .intervals
             .iter()
-            .map(|iv| {
-                let mut fields = Map::new();
-                fields.insert("t_s".into(), json!(round3(iv.end_s)));
-                fields.insert("seconds".into(), json!(round3(iv.seconds)));
-                fields.insert("phase".into(), json!(iv.phase));
-                fields.extend(iv.counters.to_json(iv.seconds));
-                Value::Object(fields)
+            .map(|iv| IntervalReport {
+                t_s: round3(iv.end_s),
+                seconds: round3(iv.seconds),
+                phase: iv.phase.clone(),
+                counts: iv.counters.to_json(iv.seconds),
             })
             .collect();
-        out.insert("intervals".into(), Value::Array(intervals));
-        out
+        Report {
+            totals: Totals {
+                counts: state.total.to_json(run_s),
+                seconds: round3(run_s),
+            },
+            max_consecutive_error_intervals: longest,
+            max_consecutive_error_s: round3(longest as f64 * interval_s),
+            phases,
+            error_samples: state.error_samples.clone(),
+            corrupt_samples: state.corrupt_samples.clone(),
+            intervals,
+        }
     }
 }
 
@@ -367,6 +413,8 @@ fn longest_error_run<'a>(intervals: impl Iterator<Item = &'a Interval>) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     fn unavailable() -> Outcome {
@@ -396,7 +444,8 @@ mod tests {
         recorder.record("get", &Outcome::Hit, ms);
         recorder.close_interval(4.0, 1.0);
 
-        let report = recorder.report(4.0, 1.0, t0 + Duration::from_secs(4));
+        let report =
+            serde_json::to_value(recorder.report(4.0, 1.0, t0 + Duration::from_secs(4))).unwrap();
         let totals = &report["totals"];
         assert_eq!(totals["gets"], 7);
         assert_eq!(totals["hits"], 2);
@@ -432,7 +481,10 @@ mod tests {
     #[test]
     fn an_interval_without_gets_has_no_ratio_and_the_line_says_so() {
         let counters = Counters::default();
-        assert_eq!(counters.to_json(1.0)["hit_ratio"], Value::Null);
+        assert_eq!(
+            serde_json::to_value(counters.to_json(1.0)).unwrap()["hit_ratio"],
+            Value::Null
+        );
         assert!(counters.line(1.0).contains("hit=-"));
     }
 }

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::cli::{self, Cli};
-use crate::record::{CallError, Outcome, Recorder};
+use crate::record::{CallError, Outcome, Recorder, Report};
 use crate::target::{Caller, Got, Target};
 use crate::workload::{KeyChooser, Rng, Workload};
 
@@ -25,6 +25,53 @@ const PHASE_POLL: Duration = Duration::from_millis(100);
 const ERROR_PAUSE: Duration = Duration::from_millis(20);
 /// Version of the summary's layout.
 const SCHEMA_VERSION: u64 = 1;
+
+/// The summary file (and the summary printed without `--out`).
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    tool: &'static str,
+    schema_version: u64,
+    started_at: String,
+    config: RunConfig,
+    finished: bool,
+    /// Absent until the warm phase ends; null with `--no-warm`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warm: Option<Option<Warm>>,
+    /// `duration` or `signal`, once finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped_by: Option<&'static str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    report: Option<Report>,
+}
+
+/// The run's settings, as given.
+#[derive(Debug, Clone, Serialize)]
+struct RunConfig {
+    target: String,
+    mode: &'static str,
+    keys: u64,
+    rows: usize,
+    concurrency: u64,
+    duration_s: f64,
+    report_every_s: f64,
+    zipf_s: f64,
+    seed: u64,
+    prefix: String,
+    timeout_s: f64,
+    warm: bool,
+    phase_file: Option<String>,
+}
+
+/// What the warm phase put.
+#[derive(Debug, Clone, Serialize)]
+struct Warm {
+    keys: u64,
+    puts: u64,
+    errors: u64,
+    errors_by_code: std::collections::BTreeMap<&'static str, u64>,
+    seconds: f64,
+    error_samples: Vec<String>,
+}
 
 /// Why a run could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -94,30 +141,34 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
     cli::check_target(&address).map_err(LoadError::Usage)?;
     let rows = usize::try_from(rows).map_err(|err| LoadError::Usage(err.to_string()))?;
     let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
-    let config = json!({
-        "target": address,
-        "mode": if ring { "ring" } else { "direct" },
-        "keys": keys,
-        "rows": rows,
-        "concurrency": concurrency,
-        "duration_s": duration.as_secs_f64(),
-        "report_every_s": report_every.as_secs_f64(),
-        "zipf_s": zipf,
-        "seed": seed,
-        "prefix": prefix,
-        "timeout_s": timeout.as_secs_f64(),
-        "warm": !no_warm,
-        "phase_file": phase_file.as_ref().map(|p| p.display().to_string()),
-    });
-    let mut summary = Map::new();
-    summary.insert("tool".into(), json!("flightcache-load"));
-    summary.insert("schema_version".into(), json!(SCHEMA_VERSION));
-    summary.insert("started_at".into(), json!(started_at));
-    summary.insert("config".into(), config);
-    summary.insert("finished".into(), json!(false));
+    let config = RunConfig {
+        target: address.clone(),
+        mode: if ring { "ring" } else { "direct" },
+        keys,
+        rows,
+        concurrency,
+        duration_s: duration.as_secs_f64(),
+        report_every_s: report_every.as_secs_f64(),
+        zipf_s: zipf,
+        seed,
+        prefix: prefix.clone(),
+        timeout_s: timeout.as_secs_f64(),
+        warm: !no_warm,
+        phase_file: phase_file.as_ref().map(|p| p.display().to_string()),
+    };
+    let mut summary = Summary {
+        tool: "flightcache-load",
+        schema_version: SCHEMA_VERSION,
+        started_at,
+        config,
+        finished: false,
+        warm: None,
+        stopped_by: None,
+        report: None,
+    };
     if let Some(path) = &out {
         // Fails early on an unwritable path, and the e2e script sees the run has started.
-        write_atomically(path, &Value::Object(summary.clone()))?;
+        write_atomically(path, &summary)?;
     }
 
     let target = Target::connect(&address, token, ring, connect_timeout)
@@ -157,9 +208,9 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
     if !no_warm {
         let (warm, callers_back) = warm(&shared, keys, concurrency, callers, &stop_rx).await;
         callers = callers_back;
-        summary.insert("warm".into(), warm);
+        summary.warm = Some(Some(warm));
     } else {
-        summary.insert("warm".into(), Value::Null);
+        summary.warm = Some(None);
     }
 
     // Run phase.
@@ -205,9 +256,11 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
             last_close = now;
             next += report_every;
             if let Some(path) = &out {
-                let mut partial = summary.clone();
-                partial.extend(report(&shared, run_start, now, report_every));
-                if let Err(err) = write_atomically(path, &Value::Object(partial)) {
+                let partial = Summary {
+                    report: Some(report(&shared, run_start, now, report_every)),
+                    ..summary.clone()
+                };
+                if let Err(err) = write_atomically(path, &partial) {
                     eprintln!("flightcache-load: {err}");
                 }
             }
@@ -221,32 +274,24 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
     }
 
     let by_signal = signalled.load(Ordering::SeqCst);
-    summary.insert("finished".into(), json!(true));
-    summary.insert(
-        "stopped_by".into(),
-        json!(if by_signal { "signal" } else { "duration" }),
-    );
-    summary.extend(report(&shared, run_start, stopped, report_every));
+    summary.finished = true;
+    summary.stopped_by = Some(if by_signal { "signal" } else { "duration" });
+    summary.report = Some(report(&shared, run_start, stopped, report_every));
     let total = shared.recorder.total();
     let run_s = stopped.saturating_duration_since(run_start).as_secs_f64();
     println!("total   {:>7.1}s {}", run_s, total.line(run_s));
-    let summary = Value::Object(summary);
     match &out {
         Some(path) => {
             write_atomically(path, &summary)?;
             println!("summary written to {}", path.display());
         }
-        None => println!("{summary}"),
+        // Plain structs with string keys: serialising cannot fail.
+        None => println!("{}", serde_json::to_string(&summary).unwrap_or_default()),
     }
     Ok(())
 }
 
-fn report(
-    shared: &Shared,
-    run_start: Instant,
-    now: Instant,
-    report_every: Duration,
-) -> Map<String, Value> {
+fn report(shared: &Shared, run_start: Instant, now: Instant, report_every: Duration) -> Report {
     let run_s = now.saturating_duration_since(run_start).as_secs_f64();
     shared
         .recorder
@@ -273,7 +318,7 @@ async fn warm(
     concurrency: u64,
     callers: Vec<Caller>,
     stop: &watch::Receiver<bool>,
-) -> (Value, Vec<Caller>) {
+) -> (Warm, Vec<Caller>) {
     let recorder = Arc::new(Recorder::new(std::time::Instant::now()));
     let started = Instant::now();
     let mut tasks = JoinSet::new();
@@ -308,22 +353,23 @@ async fn warm(
     }
     let seconds = started.elapsed().as_secs_f64();
     let total = recorder.total();
-    let samples =
-        recorder.report(seconds, seconds, std::time::Instant::now())["error_samples"].clone();
+    let samples = recorder
+        .report(seconds, seconds, std::time::Instant::now())
+        .error_samples;
     println!(
         "warm: {} of {keys} keys put in {seconds:.2}s ({:.0}/s), {} errors",
         total.puts - total.errors,
         total.puts as f64 / seconds.max(1e-9),
         total.errors
     );
-    let warm = json!({
-        "keys": keys,
-        "puts": total.puts,
-        "errors": total.errors,
-        "errors_by_code": total.errors_by_code,
-        "seconds": (seconds * 1e3).round() / 1e3,
-        "error_samples": samples,
-    });
+    let warm = Warm {
+        keys,
+        puts: total.puts,
+        errors: total.errors,
+        errors_by_code: total.errors_by_code,
+        seconds: (seconds * 1e3).round() / 1e3,
+        error_samples: samples,
+    };
     (warm, callers)
 }
 
@@ -423,7 +469,7 @@ async fn stop_on_signal(stop: Arc<watch::Sender<bool>>, signalled: Arc<AtomicBoo
 
 /// Writes `value` as pretty JSON to `path` through a temporary file and a rename, so a
 /// reader never sees half a summary.
-fn write_atomically(path: &Path, value: &Value) -> Result<(), LoadError> {
+fn write_atomically(path: &Path, value: &impl Serialize) -> Result<(), LoadError> {
     let error = |source| LoadError::WriteSummary {
         path: path.to_owned(),
         source,

@@ -11,6 +11,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::{Action, FlightClient, Ticket};
 use cache_node::client::{ClientError, RingClient};
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
+use crds::admin::AdminAction;
 use futures::{StreamExt, TryStreamExt};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
@@ -107,7 +108,7 @@ impl Target {
                 });
             };
             let mut answers = client
-                .do_action(Action::new("ping", ""))
+                .do_action(Action::new(AdminAction::Ping.as_str(), ""))
                 .await
                 .map_err(|err| flight_error(&err))?;
             while let Some(answer) = answers.next().await {

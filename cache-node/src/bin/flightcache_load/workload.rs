@@ -9,6 +9,8 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
 use cache_node::flight::ticket::CacheTicket;
 use cache_node::key::CacheKey;
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
 
 /// The key set and the shape of each key's value.
 #[derive(Debug, Clone)]
@@ -128,29 +130,17 @@ fn mix64(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
-/// SplitMix64: small, fast, seedable; reproducible across platforms.
+/// The key-choice generator of one worker: Xoshiro256++ (a specified algorithm, so a seed
+/// replays the same sequence on every platform and rand version).
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(Xoshiro256PlusPlus);
 
 impl Rng {
     /// A generator for `stream` (e.g. the worker number) of the run seeded with `seed`.
     pub(crate) fn new(seed: u64, stream: u64) -> Self {
-        Self(mix64(
+        Self(Xoshiro256PlusPlus::seed_from_u64(
             seed ^ mix64(stream.wrapping_add(0x632b_e59b_d9b4_e019)),
         ))
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -185,9 +175,9 @@ impl KeyChooser {
 
     pub(crate) fn pick(&self, rng: &mut Rng) -> u64 {
         if self.cdf.is_empty() {
-            return rng.next_u64() % self.keys;
+            return rng.0.random_range(0..self.keys);
         }
-        let u = rng.next_f64();
+        let u: f64 = rng.0.random();
         let rank = self.cdf.partition_point(|&c| c < u) as u64;
         rank.min(self.keys - 1)
     }
