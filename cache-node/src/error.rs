@@ -6,6 +6,8 @@
 
 use tonic::{Code, Status};
 
+use crate::routing::members::RoutingError;
+
 /// Result with the node's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -99,42 +101,9 @@ pub enum Error {
     /// The method is not offered by a cache node.
     #[error("{0} is not offered by a FlightCache node")]
     Unimplemented(&'static str),
-    /// The topology document is inconsistent.
-    #[error("topology rejected: {0}")]
-    TopologyRejected(String),
-    /// A topology version older than the running one (or the running version changed).
-    #[error(
-        "topology version {requested} is not newer than the running ring version {running} (an \
-         older version, or the same version with different members); publish a new version"
-    )]
-    StaleTopology {
-        /// The version offered.
-        requested: u64,
-        /// The version running.
-        running: u64,
-    },
-    /// The ring has no active member to own the key.
-    #[error("ring version {version} has no active member to own this key")]
-    NoOwner {
-        /// The ring version.
-        version: u64,
-    },
-    /// A forwarded request reached a node whose ring names another owner.
-    #[error(
-        "ring disagreement: {from} (ring version {from_version}) forwarded this request here, but \
-         ring version {version} on this node names {owner} as the owner; retry once the \
-         topology has reached every node"
-    )]
-    RingDisagreement {
-        /// The forwarding member.
-        from: String,
-        /// The ring version it routed by.
-        from_version: u64,
-        /// The owner by this node's ring.
-        owner: String,
-        /// This node's ring version.
-        version: u64,
-    },
+    /// The ring refused a topology or cannot route (see [`RoutingError`]).
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
     /// The member owning the key cannot be reached.
     #[error("owner {owner} ({address}) is unreachable: {reason}")]
     OwnerUnreachable {
@@ -148,6 +117,15 @@ pub enum Error {
     /// The owner answered a forwarded request with this status; it is passed on as is.
     #[error("{}", .0.message())]
     Forwarded(Status),
+    /// A peer answered a fanned-out action with a body that is not its documented JSON.
+    #[error("member {peer} answered with a body that is not the documented JSON")]
+    BadPeerAnswer {
+        /// The member.
+        peer: String,
+        /// What could not be read.
+        #[source]
+        source: crds::admin::AnswerError,
+    },
     /// Encoding an answer failed (a bug or corrupt state).
     #[error("failed to encode the answer")]
     Encode(#[source] arrow_flight::error::FlightError),
@@ -164,18 +142,19 @@ impl Error {
             | Self::SchemaMismatch { .. }
             | Self::BadActionBody { .. }
             | Self::ConfigRejected(_)
-            | Self::TopologyRejected(_) => Code::InvalidArgument,
+            | Self::Routing(RoutingError::TopologyRejected(_)) => Code::InvalidArgument,
             Self::UnknownKey { .. } => Code::NotFound,
             Self::EntryTooLarge { .. } | Self::OverBudget { .. } => Code::ResourceExhausted,
             Self::InvalidatedDuringPut { .. } => Code::Aborted,
-            Self::StaleGeneration { .. } | Self::StaleTopology { .. } => Code::FailedPrecondition,
-            Self::NoOwner { .. }
-            | Self::RingDisagreement { .. }
+            Self::StaleGeneration { .. } | Self::Routing(RoutingError::StaleTopology { .. }) => {
+                Code::FailedPrecondition
+            }
+            Self::Routing(RoutingError::NoOwner { .. } | RoutingError::RingDisagreement { .. })
             | Self::OwnerUnreachable { .. } => Code::Unavailable,
             Self::Forwarded(status) => status.code(),
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,
-            Self::Encode(_) => Code::Internal,
+            Self::Encode(_) | Self::BadPeerAnswer { .. } => Code::Internal,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! `["a/b"]` are the same key) or a command (opaque bytes, e.g. normalised SQL text).
 //! In the store a key is one kind byte (`P` or `C`) followed by the key bytes; the
 //! ticket format (`flight::ticket`) wraps exactly these bytes. Pure; no I/O.
+//! Must not import the store, `flight/` or `wire/`.
 
 use std::fmt;
 

@@ -1,13 +1,18 @@
 //! FlightCache cache node: an Arrow Flight server that holds query results (Arrow record
 //! batches) under keys, within a strict byte budget.
 //!
+//! - [`auth`]: the one authentication layer in front of every Flight call.
 //! - [`config`]: flags, environment and config file into one validated [`config::Config`].
-//! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC.
+//! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC, no Flight.
+//! - [`wire`]: all gRPC/HTTP/2 framing: sealing entries into frames, DoPut intake
+//!   reservations, serving stored frames and relaying forwarded DoGets.
 //! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 
+pub mod auth;
+pub mod cgroup;
 pub mod client;
 pub mod config;
 pub mod error;
@@ -19,3 +24,4 @@ pub mod routing;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod wire;

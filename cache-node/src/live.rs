@@ -10,7 +10,11 @@
 //! per-entry TTL take the new TTL from their anchor (write time when absolute, last
 //! access when sliding), so a shorter TTL expires old entries at once and a longer one
 //! extends them. Nothing else is dropped unless it no longer fits the new caps.
+//!
+//! Owns: the running configuration and its generation. Must not import `flight/` or
+//! `wire/`.
 
+use crds::chain;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -150,19 +154,9 @@ impl LiveConfig {
     }
 }
 
-/// What applying a whole document (config fields and topology) did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DocumentApplied {
-    /// The config generation now running.
-    pub generation: u64,
-    /// Entries evicted to fit new, smaller caps.
-    pub evicted: u64,
-    /// Entries expired at once because of a shorter TTL.
-    pub expired: u64,
-    /// The ring version now routing (0 without a topology).
-    pub ring_version: u64,
-}
+/// What applying a whole document (config fields and topology) did: the `configure`
+/// answer of the node-admin contract.
+pub use crds::admin::ConfigureAnswer as DocumentApplied;
 
 /// Applies a `configure` document: its config fields (if any) and its topology (if any),
 /// all or nothing as far as validation goes (the topology is checked before the config
@@ -170,8 +164,7 @@ pub struct DocumentApplied {
 /// generation alone.
 ///
 /// # Errors
-/// As [`LiveConfig::apply`], plus [`Error::TopologyRejected`] and
-/// [`Error::StaleTopology`].
+/// As [`LiveConfig::apply`], plus [`Error::Routing`] for a topology the ring refuses.
 pub fn apply_document(
     doc: &NodeDocument,
     live: &LiveConfig,
@@ -199,16 +192,4 @@ pub fn apply_document(
         expired: applied.expired,
         ring_version: routing.version(),
     })
-}
-
-/// An error and its sources on one line, for messages sent to clients.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }

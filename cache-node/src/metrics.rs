@@ -4,6 +4,8 @@
 //! Names follow Prometheus conventions with the `flightcache_node_` prefix; labels are
 //! bounded (method, gRPC code, cause, result), never keys. The registry is built here
 //! and passed in; there are no global statics. `/metrics` is served by `server.rs`.
+//! The process's RSS (`/proc/self/status`) and the container's cgroup memory limit
+//! (`crate::cgroup`) are read at scrape time.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tonic::Code;
@@ -35,12 +37,108 @@ struct MethodLabels {
     grpc_method: &'static str,
 }
 
+/// Labels of `doget_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// Labels of `forwarded_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForwardedLabels {
+    peer: String,
+    grpc_method: &'static str,
+}
+
+/// Labels of `peer_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerErrorLabels {
+    peer: String,
+    reason: &'static str,
+}
+
+/// Labels of `rebalances_total` and `build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+/// Labels of `rebalances_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+/// Why a call to a peer failed (`peer_errors_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerError {
+    /// No connection (connect failure, bad address, connection lost before an answer).
+    Unreachable,
+    /// No answer within the call deadline.
+    Timeout,
+    /// The peer's answer stream broke off midway.
+    Broken,
+    /// The peer answered UNAVAILABLE (draining, ring disagreement).
+    Refused,
+}
+
+impl PeerError {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unreachable => "unreachable",
+            Self::Timeout => "timeout",
+            Self::Broken => "broken",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// How a DoGet on this node ended (`doget_seconds{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoGetOutcome {
+    /// Served from this node's store.
+    LocalHit,
+    /// Relayed from the owner (or second copy), which had the entry.
+    ForwardedHit,
+    /// NOT_FOUND, here or from the owner through a relay.
+    Miss,
+    /// Any other status.
+    Error,
+}
+
+impl DoGetOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LocalHit => "local_hit",
+            Self::ForwardedHit => "forwarded_hit",
+            Self::Miss => "miss",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The buckets of every latency histogram (seconds).
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
 /// The node's metrics registry and the RPC instruments.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     handled: Family<HandledLabels, Counter>,
     handling_seconds: Family<MethodLabels, Histogram>,
+    doget_seconds: Family<OutcomeLabels, Histogram>,
+    forwarded: Family<ForwardedLabels, Counter>,
+    peer_errors: Family<PeerErrorLabels, Counter>,
+    rebalances: Family<ResultLabels, Counter>,
+    /// 1 while this node runs a `rebalance`, else 0.
+    pub rebalance_in_progress: Gauge,
+    /// Entries the running `rebalance` still has to hand over.
+    pub rebalance_pending_entries: Gauge,
     /// Replica writes (to a key's second choice) that failed; the write still succeeded
     /// on the owner.
     pub replica_write_failures: Counter,
@@ -65,10 +163,7 @@ impl Metrics {
             handled.clone(),
         );
         let handling_seconds = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                1.0, 2.5, 5.0, 10.0,
-            ])
+            Histogram::new(LATENCY_BUCKETS)
         });
         registry.register_with_unit(
             "grpc_server_handling",
@@ -76,6 +171,53 @@ impl Metrics {
             Unit::Seconds,
             handling_seconds.clone(),
         );
+        let doget_seconds = Family::<OutcomeLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(LATENCY_BUCKETS)
+        });
+        registry.register_with_unit(
+            "doget",
+            "DoGet latency on the node the client called, by outcome (local_hit, \
+             forwarded_hit, miss, error)",
+            Unit::Seconds,
+            doget_seconds.clone(),
+        );
+        let forwarded = Family::<ForwardedLabels, Counter>::default();
+        registry.register(
+            "forwarded",
+            "Calls this node relayed to a peer, by peer and method",
+            forwarded.clone(),
+        );
+        let peer_errors = Family::<PeerErrorLabels, Counter>::default();
+        registry.register(
+            "peer_errors",
+            "Failed calls to a peer, by peer and reason (unreachable, timeout, broken, refused)",
+            peer_errors.clone(),
+        );
+        let rebalances = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "rebalances",
+            "Rebalances this node ran, by result (ok, failed)",
+            rebalances.clone(),
+        );
+        let rebalance_in_progress = Gauge::default();
+        registry.register(
+            "rebalance_in_progress",
+            "1 while this node runs a rebalance",
+            rebalance_in_progress.clone(),
+        );
+        let rebalance_pending_entries = Gauge::default();
+        registry.register(
+            "rebalance_pending_entries",
+            "Entries the running rebalance still has to hand over",
+            rebalance_pending_entries.clone(),
+        );
+        let build_info = Family::<VersionLabels, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register("build_info", "The node's version; always 1", build_info);
         registry.register_collector(Box::new(StoreCollector {
             store,
             live,
@@ -117,6 +259,12 @@ impl Metrics {
             registry,
             handled,
             handling_seconds,
+            doget_seconds,
+            forwarded,
+            peer_errors,
+            rebalances,
+            rebalance_in_progress,
+            rebalance_pending_entries,
             replica_write_failures,
             migrated_out_entries,
             migrated_out_bytes,
@@ -132,7 +280,36 @@ impl Metrics {
             method,
             started: Instant::now(),
             finished: false,
+            forwarded: false,
         }
+    }
+
+    /// Counts a `method` call relayed to `peer` (a member id).
+    pub fn forwarded(&self, peer: &str, method: &'static str) {
+        self.forwarded
+            .get_or_create(&ForwardedLabels {
+                peer: peer.to_owned(),
+                grpc_method: method,
+            })
+            .inc();
+    }
+
+    /// Counts a failed call to `peer` (a member id).
+    pub fn peer_error(&self, peer: &str, reason: PeerError) {
+        self.peer_errors
+            .get_or_create(&PeerErrorLabels {
+                peer: peer.to_owned(),
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts a finished rebalance.
+    pub fn rebalance_finished(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.rebalances
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// The text exposition of every metric.
@@ -154,12 +331,18 @@ pub struct RpcTimer {
     method: &'static str,
     started: Instant,
     finished: bool,
+    forwarded: bool,
 }
 
 impl RpcTimer {
     /// Records the RPC with `code`.
     pub fn finish(mut self, code: Code) {
         self.record(code);
+    }
+
+    /// Marks the answer as relayed from a peer (a DoGet's `forwarded_hit` when OK).
+    pub fn set_forwarded(&mut self) {
+        self.forwarded = true;
     }
 
     /// Drops the timer without recording anything (another path records the RPC).
@@ -179,12 +362,27 @@ impl RpcTimer {
                 grpc_code: code_name(code),
             })
             .inc();
+        let elapsed = self.started.elapsed().as_secs_f64();
         self.metrics
             .handling_seconds
             .get_or_create(&MethodLabels {
                 grpc_method: self.method,
             })
-            .observe(self.started.elapsed().as_secs_f64());
+            .observe(elapsed);
+        if self.method == "DoGet" {
+            let outcome = match code {
+                Code::Ok if self.forwarded => DoGetOutcome::ForwardedHit,
+                Code::Ok => DoGetOutcome::LocalHit,
+                Code::NotFound => DoGetOutcome::Miss,
+                _ => DoGetOutcome::Error,
+            };
+            self.metrics
+                .doget_seconds
+                .get_or_create(&OutcomeLabels {
+                    outcome: outcome.as_str(),
+                })
+                .observe(elapsed);
+        }
     }
 }
 
@@ -320,6 +518,24 @@ impl Collector for StoreCollector {
                 ConstCounter::new(value).encode(metric_encoder.encode_family(&labels)?)?;
             }
         }
+        if let Some(rss) = resident_memory_bytes() {
+            gauge(
+                &mut encoder,
+                "process_resident_memory",
+                "Resident memory (RSS) of the node process",
+                Some(&Unit::Bytes),
+                rss,
+            )?;
+        }
+        if let Some(limit) = crate::cgroup::memory_limit_bytes() {
+            gauge(
+                &mut encoder,
+                "memory_limit",
+                "The container's cgroup memory limit (absent without a limit)",
+                Some(&Unit::Bytes),
+                limit,
+            )?;
+        }
         let mut metric_encoder = encoder.encode_descriptor(
             "evictions",
             "Entries removed, by cause (expired, size, explicit, replaced, migrated)",
@@ -333,4 +549,13 @@ impl Collector for StoreCollector {
         }
         Ok(())
     }
+}
+
+/// The process's resident set size, from `VmRSS` in `/proc/self/status` (kB there, so
+/// no page size is needed); `None` where it cannot be read (not Linux).
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }

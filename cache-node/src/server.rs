@@ -3,6 +3,9 @@
 //!
 //! Shutdown is graceful: health turns NOT_SERVING, the listener stops accepting, and
 //! in-flight streams get `shutdown_grace` to finish before the server is dropped.
+//!
+//! Owns: wiring. The only place the layers are stacked:
+//! `AuthLayer(DoGetRelay(IntakeLayer(FlightServiceServer)))`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,14 +19,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 
+use crate::auth::{Auth, AuthLayer};
 use crate::config::{Config, read_config_file};
 use crate::flight::FlightCacheService;
-use crate::flight::auth::Auth;
-use crate::flight::passthrough::DoGetRelay;
-use crate::live::{LiveConfig, chain};
+use crate::flight::forward::Peers;
+use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
-use crate::store::{Store, SystemClock};
+use crate::store::{Clock, Store, SystemClock};
+use crate::wire::intake::IntakeLayer;
+use crate::wire::relay::{DoGetRelay, RelayNode};
+use crds::chain;
 use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.
@@ -48,10 +54,10 @@ pub enum ServerError {
     Serve(#[source] tonic::transport::Error),
     /// The starting topology was refused.
     #[error("topology refused")]
-    Topology(#[source] crate::error::Error),
+    Topology(#[source] crate::routing::members::RoutingError),
     /// The store configuration was refused.
-    #[error("store configuration refused: {0}")]
-    Store(String),
+    #[error("store configuration refused")]
+    Store(#[source] crate::store::Error),
 }
 
 /// A running node; stop it with [`RunningNode::shutdown`].
@@ -89,12 +95,13 @@ impl RunningNode {
     }
 }
 
-/// Binds the listeners and starts every task of a node.
+/// Binds the listeners and starts every task of a node, its store reading time from
+/// `clock` (the system clock in production, a manual one in tests).
 ///
 /// # Errors
 /// [`ServerError::Bind`] when an address is taken, [`ServerError::Store`] for a store
 /// configuration the store refuses.
-pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
+pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode, ServerError> {
     let Config {
         listen,
         metrics_listen,
@@ -110,22 +117,29 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
-    let store = Arc::new(
-        Store::new(store_config.clone(), Arc::new(SystemClock::new()))
-            .map_err(|e| ServerError::Store(e.to_string()))?,
-    );
+    let store = Arc::new(Store::new(store_config.clone(), clock).map_err(ServerError::Store)?);
     let live = Arc::new(LiveConfig::new(generation, store_config, location_mode));
     let metrics = Arc::new(Metrics::new(
         Arc::clone(&store),
         Arc::clone(&live),
         Arc::clone(&routing),
     ));
+    let auth = Auth::new(auth_token);
+    // One pool of peer channels for the Flight service and the DoGet relay.
+    let peers = Peers::with_metrics(Arc::clone(&metrics));
+    let relay_node = RelayNode {
+        store: Arc::clone(&store),
+        metrics: Arc::clone(&metrics),
+        routing: Arc::clone(&routing),
+        peers: peers.clone(),
+    };
     let service = FlightCacheService::new(
         Arc::clone(&store),
         Arc::clone(&live),
         Arc::clone(&metrics),
-        Auth::new(auth_token),
+        auth.clone(),
         Arc::clone(&routing),
+        peers,
     );
 
     let (flight_listener, flight_addr) = bind(listen).await?;
@@ -146,7 +160,10 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         .max_decoding_message_size(decode_limit)
         .max_encoding_message_size(decode_limit);
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
-    let flight_service = DoGetRelay::new(flight_service, service);
+    let flight_service = IntakeLayer::new(flight_service, Arc::clone(&store));
+    let flight_service = DoGetRelay::new(flight_service, relay_node);
+    // Outermost: no call reaches the relay, the intake or the service unauthenticated.
+    let flight_service = AuthLayer::new(flight_service, auth, Arc::clone(&metrics));
 
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();
@@ -166,7 +183,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
         let serve = tonic::transport::Server::builder()
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(8 << 20)
-            .max_frame_size(crate::flight::MAX_INCOMING_FRAME_BYTES as u32)
+            .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
             .add_service(health_service)
             .add_service(flight_service)
             .serve_with_incoming_shutdown(incoming, shutdown_requested);
@@ -220,7 +237,7 @@ pub async fn start(config: Config) -> Result<RunningNode, ServerError> {
 /// # Errors
 /// See [`start`] and [`RunningNode::shutdown`].
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-    let node = start(config).await?;
+    let node = start(config, Arc::new(SystemClock::new())).await?;
     shutdown.await;
     node.shutdown().await
 }
@@ -272,13 +289,6 @@ async fn sweep_expired(store: Arc<Store>) {
     }
 }
 
-/// Whether this process runs under a cgroup (v2) memory limit, i.e. in a container with
-/// `resources.limits.memory`.
-fn in_memory_limited_cgroup() -> bool {
-    std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .is_ok_and(|limit| !limit.trim().is_empty() && limit.trim() != "max")
-}
-
 /// Re-reads the config file when its content changes and applies its live fields. A
 /// bad file is logged and ignored; the running config stays.
 async fn watch_config_file(
@@ -312,7 +322,7 @@ async fn watch_config_file(
         // limit, which the operator changes in step with it through `configure` (limit
         // raised before the budget, budget lowered before the limit); the file can show
         // the new budget before the limit has moved, so there it is read at start only.
-        let (memory_budget, max_entry_size) = if in_memory_limited_cgroup() {
+        let (memory_budget, max_entry_size) = if crate::cgroup::memory_limit_bytes().is_some() {
             (None, None)
         } else {
             (doc.memory_budget.clone(), doc.max_entry_size.clone())

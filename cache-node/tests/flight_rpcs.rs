@@ -2,12 +2,14 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_flight::{Criteria, FlightData, FlightDescriptor, Ticket};
 use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
+use cache_node::store::ManualClock;
 use common::*;
 use futures::{StreamExt, TryStreamExt};
 use tonic::Code;
@@ -357,7 +359,8 @@ async fn malformed_foreign_and_unknown_tickets_get_clear_errors() {
 
 #[tokio::test]
 async fn garbage_app_metadata_is_refused_and_nothing_is_stored() {
-    let node = start_node(&[]).await;
+    let clock = Arc::new(ManualClock::new());
+    let node = start_node_with_clock(&[], clock.clone()).await;
     let mut client = client(&node).await;
     for metadata in ["not json", r#"{"tll": "30s"}"#, r#"{"ttl": "soon"}"#] {
         let err = status(
@@ -382,16 +385,13 @@ async fn garbage_app_metadata_is_refused_and_nothing_is_stored() {
     )
     .await
     .unwrap();
-    // The per-entry TTL applies: the entry is gone within a few sweeps.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match get(&mut client, path_ticket("m")).await {
-            Err(arrow_flight::error::FlightError::Tonic(s)) if s.code() == Code::NotFound => break,
-            Ok(_) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            other => panic!("per-entry ttl did not expire the entry: {other:?}"),
-        }
+    // The per-entry TTL applies: served just before it runs out, gone after.
+    clock.advance(Duration::from_millis(999));
+    get(&mut client, path_ticket("m")).await.unwrap();
+    clock.advance(Duration::from_millis(2));
+    match get(&mut client, path_ticket("m")).await {
+        Err(arrow_flight::error::FlightError::Tonic(s)) if s.code() == Code::NotFound => {}
+        other => panic!("per-entry ttl did not expire the entry: {other:?}"),
     }
     assert_eq!(stats(&mut client).await["evictions"]["expired"], 1);
     node.shutdown().await.unwrap();

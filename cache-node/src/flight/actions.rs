@@ -16,17 +16,17 @@
 //! on every member (the Flight adapter forwards them; see `flight::forward`).
 
 use bytes::Bytes;
-use crds::node_config::NodeDocument;
-use crds::quantity::format_duration;
-use serde_json::json;
+use crds::admin;
+use crds::node_config::{self, NodeDocument};
 
 use crate::error::{Error, Result};
 use crate::flight::ticket::CacheTicket;
 use crate::key::CacheKey;
-use crate::live::{LiveConfig, apply_document, chain};
+use crate::live::{LiveConfig, apply_document};
 use crate::routing::members::RoutingTable;
 use crate::routing::ring::MemberState;
-use crate::store::{RemovalCause, Store};
+use crate::store::{EvictionPolicy, RemovalCause, Store, TtlMode};
+use crds::chain;
 
 /// An action this node offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,41 +137,41 @@ pub fn run(
         action: action.name(),
         reason: reason.to_owned(),
     };
-    let result = match action {
-        NodeAction::Ping => return Ok(Bytes::from_static(b"pong")),
+    match action {
+        NodeAction::Ping => Ok(Bytes::from_static(b"pong")),
         NodeAction::Invalidate => {
             let key = key_from_body(action, body)?;
-            json!({ "removed": store.invalidate(&key.to_store_bytes()) })
+            let removed = store.invalidate(&key.to_store_bytes());
+            Ok(Bytes::from(admin::encode(&admin::InvalidateAnswer {
+                removed,
+            })))
         }
-        NodeAction::InvalidatePrefix => {
-            let prefix =
-                std::str::from_utf8(body).map_err(|_| bad_body("the prefix must be UTF-8"))?;
-            if prefix.is_empty() {
-                return Err(bad_body(
-                    "the prefix is empty; use the 'clear' action to remove everything",
-                ));
-            }
-            json!({ "removed": store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)) })
+        NodeAction::InvalidatePrefix | NodeAction::Clear => {
+            let removed = remove_here(action, body, store)?;
+            Ok(Bytes::from(admin::encode(&admin::RemovedAnswer {
+                removed,
+            })))
         }
-        NodeAction::Clear => json!({ "removed": store.clear() }),
         NodeAction::Stats => {
-            let mut stats = stats_json(store, live);
-            stats["ringVersion"] = routing.version().into();
-            stats["memberId"] = routing.self_id().into();
             let current = routing.current();
             // This node's state in the ring (null without a topology or when not a member)
             // and the copies per key it writes.
-            stats["memberState"] = current
+            let member_state = current
                 .as_ref()
                 .and_then(|m| m.ring().member(routing.self_id()?).map(|m| m.state()))
                 .map(|state| match state {
-                    MemberState::Active => "active",
-                    MemberState::Joining => "joining",
-                    MemberState::Draining => "draining",
-                })
-                .into();
-            stats["replicas"] = current.map_or(1, |m| m.replicas()).into();
-            stats
+                    MemberState::Active => node_config::MemberState::Active,
+                    MemberState::Joining => node_config::MemberState::Joining,
+                    MemberState::Draining => node_config::MemberState::Draining,
+                });
+            let answer = admin::StatsAnswer {
+                ring_version: routing.version(),
+                member_id: routing.self_id().map(str::to_owned),
+                member_state,
+                replicas: current.map_or(1, |m| m.replicas() as u64),
+                ..stats_answer(store, live)
+            };
+            Ok(Bytes::from(admin::encode(&answer)))
         }
         NodeAction::Configure => {
             let text =
@@ -180,33 +180,55 @@ pub fn run(
             doc.config
                 .ensure_live_only()
                 .map_err(|err| bad_body(&err.to_string()))?;
-            serde_json::to_value(apply_document(&doc, live, routing, store)?).unwrap_or_default()
+            let applied = apply_document(&doc, live, routing, store)?;
+            Ok(Bytes::from(admin::encode(&applied)))
         }
         NodeAction::Lease => {
             // Leases wait for a DoPut, so the Flight adapter runs them (async).
-            return Err(Error::Unimplemented(
+            Err(Error::Unimplemented(
                 "the lease action outside the Flight service",
-            ));
+            ))
         }
         NodeAction::Rebalance => {
             // Rebalance sends entries to other nodes, so the Flight adapter runs it.
-            return Err(Error::Unimplemented(
+            Err(Error::Unimplemented(
                 "the rebalance action outside the Flight service",
-            ));
+            ))
         }
         NodeAction::Topology => {
             let current = routing.current();
-            json!({
-                "memberId": routing.self_id(),
-                "version": routing.version(),
-                "replicas": current.as_ref().map_or(1, |m| m.replicas()),
-                "members": current
-                    .map(|m| serde_json::to_value(&m.topology().members).unwrap_or_default())
-                    .unwrap_or_else(|| json!([])),
-            })
+            let answer = admin::TopologyAnswer {
+                member_id: routing.self_id().map(str::to_owned),
+                version: routing.version(),
+                replicas: current.as_ref().map_or(1, |m| m.replicas() as u64),
+                members: current
+                    .map(|m| m.topology().members.clone())
+                    .unwrap_or_default(),
+            };
+            Ok(Bytes::from(admin::encode(&answer)))
         }
+    }
+}
+
+/// Runs `invalidate-prefix` or `clear` on this node's store alone; the entries removed.
+///
+/// # Errors
+/// [`Error::BadActionBody`] for a prefix that is empty or not UTF-8.
+pub fn remove_here(action: NodeAction, body: &Bytes, store: &Store) -> Result<u64> {
+    let bad_body = |reason: &str| Error::BadActionBody {
+        action: action.name(),
+        reason: reason.to_owned(),
     };
-    Ok(Bytes::from(result.to_string()))
+    if action == NodeAction::Clear {
+        return Ok(store.clear());
+    }
+    let prefix = std::str::from_utf8(body).map_err(|_| bad_body("the prefix must be UTF-8"))?;
+    if prefix.is_empty() {
+        return Err(bad_body(
+            "the prefix is empty; use the 'clear' action to remove everything",
+        ));
+    }
+    Ok(store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)))
 }
 
 /// The key an `invalidate` or `lease` body names: a path key or a ticket.
@@ -229,30 +251,43 @@ pub fn key_from_body(action: NodeAction, body: &Bytes) -> Result<CacheKey> {
     Ok(CacheKey::Path(path.to_owned()))
 }
 
-/// The `stats` document.
-pub fn stats_json(store: &Store, live: &LiveConfig) -> serde_json::Value {
+/// The `stats` answer of this node's store and config (without ring fields).
+pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
     let stats = store.stats();
     let config = live.store_config();
-    let evictions: serde_json::Map<String, serde_json::Value> = RemovalCause::ALL
-        .into_iter()
-        .map(|cause| (cause.as_str().to_owned(), stats.evictions.get(cause).into()))
-        .collect();
-    json!({
-        "generation": live.generation(),
-        "locationMode": live.location_mode().as_str(),
-        "entries": stats.entries,
-        "usedBytes": stats.used_bytes,
-        "reservedBytes": stats.reserved_bytes,
-        "budgetBytes": stats.budget_bytes,
-        "maxEntries": stats.max_entries,
-        "maxEntryBytes": config.max_entry_bytes,
-        "ttl": format_duration(config.ttl),
-        "ttlMode": format!("{:?}", config.ttl_mode).to_lowercase(),
-        "eviction": format!("{:?}", config.eviction).to_lowercase(),
-        "hits": stats.hits,
-        "misses": stats.misses,
-        "inserts": stats.inserts,
-        "rejectedPuts": stats.rejected_puts,
-        "evictions": evictions,
-    })
+    let evictions = |cause| stats.evictions.get(cause);
+    admin::StatsAnswer {
+        generation: live.generation(),
+        location_mode: live.location_mode(),
+        entries: stats.entries,
+        used_bytes: stats.used_bytes,
+        reserved_bytes: stats.reserved_bytes,
+        budget_bytes: stats.budget_bytes,
+        max_entries: stats.max_entries,
+        max_entry_bytes: config.max_entry_bytes,
+        ttl: config.ttl,
+        ttl_mode: match config.ttl_mode {
+            TtlMode::Absolute => node_config::TtlMode::Absolute,
+            TtlMode::Sliding => node_config::TtlMode::Sliding,
+        },
+        eviction: match config.eviction {
+            EvictionPolicy::Lru => node_config::EvictionPolicy::Lru,
+            EvictionPolicy::TinyLfu => node_config::EvictionPolicy::Tinylfu,
+        },
+        hits: stats.hits,
+        misses: stats.misses,
+        inserts: stats.inserts,
+        rejected_puts: stats.rejected_puts,
+        evictions: admin::EvictionCounts {
+            expired: evictions(RemovalCause::Expired),
+            size: evictions(RemovalCause::Size),
+            explicit: evictions(RemovalCause::Explicit),
+            replaced: evictions(RemovalCause::Replaced),
+            migrated: evictions(RemovalCause::Migrated),
+        },
+        ring_version: 0,
+        member_id: None,
+        member_state: None,
+        replicas: 1,
+    }
 }

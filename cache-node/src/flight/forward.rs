@@ -14,6 +14,9 @@
 //! passed on, so auth works unchanged. When the owner cannot be reached the caller gets
 //! UNAVAILABLE naming it: `owner analytics-hot-2 (10.244.0.7:50051) is unreachable: …`.
 //! Any answer from the owner itself (NOT_FOUND, RESOURCE_EXHAUSTED, …) is passed on as is.
+//!
+//! Owns: calls to peers over one pooled channel each, counted in
+//! `flightcache_node_forwarded_total` / `peer_errors_total`. Must not import `wire/`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +36,7 @@ use tonic::{Request, Status, Streaming};
 use crate::error::{Error, Result};
 use crate::flight::FlightStream;
 use crate::key::CacheKey;
+use crate::metrics::Metrics;
 use crate::routing::members::{ForwardedBy, Peer};
 use crate::store::{Entry, Lifetime};
 
@@ -103,14 +107,46 @@ pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Life
     }
 }
 
-/// The pooled channels to peers, one per address.
+/// The pooled channels to peers, one per address, and the counts of calls made on them.
 #[derive(Debug, Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    metrics: Option<Arc<Metrics>>,
 }
 
+pub use crate::metrics::PeerError;
+
 impl Peers {
-    fn client(&self, peer: &Peer) -> Result<FlightServiceClient<Channel>> {
+    /// Peers whose calls and failures are counted in `metrics`.
+    pub fn with_metrics(metrics: Arc<Metrics>) -> Self {
+        Self {
+            channels: Arc::default(),
+            metrics: Some(metrics),
+        }
+    }
+
+    /// Counts a `method` call relayed to `peer`.
+    pub fn count_call(&self, peer: &Peer, method: &'static str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.forwarded(&peer.id, method);
+        }
+    }
+
+    /// Counts a failed call to `peer`.
+    pub fn count_error(&self, reason: PeerError, peer: &Peer) {
+        if let Some(metrics) = &self.metrics {
+            metrics.peer_error(&peer.id, reason);
+        }
+    }
+
+    /// Counts a failure to reach `peer` and names it in the error.
+    fn failed(&self, reason: PeerError, peer: &Peer, detail: &str) -> Error {
+        self.count_error(reason, peer);
+        unreachable(peer, detail)
+    }
+
+    fn client(&self, peer: &Peer, method: &'static str) -> Result<FlightServiceClient<Channel>> {
+        self.count_call(peer, method);
         Ok(FlightServiceClient::new(self.channel(peer)?)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX))
@@ -127,7 +163,7 @@ impl Peers {
                 Some(channel) => channel.clone(),
                 None => {
                     let endpoint = Endpoint::from_shared(format!("http://{}", peer.address))
-                        .map_err(|err| unreachable(peer, &err.to_string()))?
+                        .map_err(|err| self.failed(PeerError::Unreachable, peer, &err.to_string()))?
                         .connect_timeout(CONNECT_TIMEOUT)
                         .tcp_nodelay(true)
                         .initial_stream_window_size(4 << 20)
@@ -168,21 +204,14 @@ pub struct Sender {
     pub ring_version: u64,
 }
 
-/// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
-pub fn add_forwarding_headers(
-    headers: &mut tonic::codegen::http::HeaderMap,
-    incoming: &MetadataMap,
-    sender: &Sender,
-) {
-    if let Some(auth) = incoming.get("authorization").and_then(|v| v.to_str().ok())
-        && let Ok(value) = auth.parse()
-    {
-        headers.insert("authorization", value);
+impl Sender {
+    /// The sender of requests forwarded by the node routing with `routing`.
+    pub fn of(routing: &crate::routing::members::RoutingTable) -> Self {
+        Self {
+            member: routing.self_id().unwrap_or("-").to_owned(),
+            ring_version: routing.version(),
+        }
     }
-    if let Ok(member) = sender.member.parse() {
-        headers.insert(FORWARDED_HEADER, member);
-    }
-    headers.insert(RING_VERSION_HEADER, sender.ring_version.into());
 }
 
 fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T> {
@@ -202,10 +231,15 @@ fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T
 }
 
 /// Awaits `call` for at most [`CALL_TIMEOUT`].
-async fn with_deadline<T>(peer: &Peer, call: impl Future<Output = Result<T, Status>>) -> Result<T> {
+async fn with_deadline<T>(
+    peers: &Peers,
+    peer: &Peer,
+    call: impl Future<Output = Result<T, Status>>,
+) -> Result<T> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(result) => result.map_err(owner_error(peer)),
-        Err(_) => Err(unreachable(
+        Ok(result) => result.map_err(owner_error(peers, peer)),
+        Err(_) => Err(peers.failed(
+            PeerError::Timeout,
             peer,
             &format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
         )),
@@ -223,15 +257,27 @@ fn unreachable(peer: &Peer, reason: &str) -> Error {
 /// Classifies a failed forwarded call: a status the owner sent is passed on; one made up
 /// on this side (connect failure, deadline, broken connection: no response metadata)
 /// means the owner is unreachable.
-fn owner_error(peer: &Peer) -> impl Fn(Status) -> Error + '_ {
+fn owner_error<'a>(peers: &'a Peers, peer: &'a Peer) -> impl Fn(Status) -> Error + 'a {
     move |status| {
         if status.metadata().is_empty() {
             tracing::debug!(owner = %peer.id, address = %peer.address, %status, "owner unreachable");
-            unreachable(peer, status.message())
+            peers.failed(PeerError::Unreachable, peer, status.message())
         } else {
+            if status.code() == tonic::Code::Unavailable {
+                peers.count_error(PeerError::Refused, peer);
+            }
             Error::Forwarded(status)
         }
     }
+}
+
+/// A failure mid-stream: one made up on this side means the owner's stream broke off.
+fn stream_error(peers: &Peers, peer: &Peer, status: Status) -> Status {
+    if status.metadata().is_empty() {
+        peers.count_error(PeerError::Broken, peer);
+        return Status::from(unreachable(peer, status.message()));
+    }
+    Status::from(Error::Forwarded(status))
 }
 
 /// Relays a DoGet to `peer`, streaming its FlightData back message by message.
@@ -245,12 +291,17 @@ pub async fn do_get(
     ticket: Ticket,
     incoming: &MetadataMap,
 ) -> Result<FlightStream<FlightData>> {
-    let mut client = peers.client(peer)?;
-    let response = with_deadline(peer, client.do_get(outgoing(ticket, incoming, sender))).await?;
-    let peer = peer.clone();
+    let mut client = peers.client(peer, "DoGet")?;
+    let response = with_deadline(
+        peers,
+        peer,
+        client.do_get(outgoing(ticket, incoming, sender)),
+    )
+    .await?;
+    let (peers, peer) = (peers.clone(), peer.clone());
     let stream = response
         .into_inner()
-        .map_err(move |status| Status::from(owner_error(&peer)(status)));
+        .map_err(move |status| stream_error(&peers, &peer, status));
     Ok(stream.boxed())
 }
 
@@ -269,7 +320,7 @@ pub async fn do_put(
     rest: Streaming<FlightData>,
     incoming: &MetadataMap,
 ) -> Result<FlightStream<PutResult>> {
-    let mut client = peers.client(peer)?;
+    let mut client = peers.client(peer, "DoPut")?;
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Status>();
     // A small bounded channel relays the upload with backpressure. On a client error the
     // reader reports it and keeps the channel open: ending the upload would let the owner
@@ -279,15 +330,15 @@ pub async fn do_put(
     let upload = tokio_stream::wrappers::ReceiverStream::new(rx);
     let call = client.do_put(outgoing(upload, incoming, sender));
     let response = tokio::select! {
-        response = call => response.map_err(owner_error(peer))?,
+        response = call => response.map_err(owner_error(peers, peer))?,
         Ok(status) = failed_rx => {
             return Err(Error::BadPutStream(format!("the client stream failed: {}", status.message())));
         }
     };
-    let peer = peer.clone();
+    let (peers, peer) = (peers.clone(), peer.clone());
     let stream = response
         .into_inner()
-        .map_err(move |status| Status::from(owner_error(&peer)(status)));
+        .map_err(move |status| stream_error(&peers, &peer, status));
     Ok(stream.boxed())
 }
 
@@ -302,8 +353,9 @@ pub async fn get_flight_info(
     descriptor: FlightDescriptor,
     incoming: &MetadataMap,
 ) -> Result<FlightInfo> {
-    let mut client = peers.client(peer)?;
+    let mut client = peers.client(peer, "GetFlightInfo")?;
     let response = with_deadline(
+        peers,
         peer,
         client.get_flight_info(outgoing(descriptor, incoming, sender)),
     )
@@ -322,8 +374,9 @@ pub async fn get_schema(
     descriptor: FlightDescriptor,
     incoming: &MetadataMap,
 ) -> Result<SchemaResult> {
-    let mut client = peers.client(peer)?;
+    let mut client = peers.client(peer, "GetSchema")?;
     let response = with_deadline(
+        peers,
         peer,
         client.get_schema(outgoing(descriptor, incoming, sender)),
     )
@@ -342,8 +395,8 @@ pub async fn do_action(
     action: Action,
     incoming: &MetadataMap,
 ) -> Result<Bytes> {
-    let mut client = peers.client(peer)?;
-    let first = with_deadline(peer, async {
+    let mut client = peers.client(peer, "DoAction")?;
+    let first = with_deadline(peers, peer, async {
         let mut results = client
             .do_action(outgoing(action, incoming, sender))
             .await?
@@ -371,7 +424,7 @@ pub async fn send_entry(
     lifetime: &Lifetime,
     incoming: &MetadataMap,
 ) -> Result<Bytes> {
-    let mut client = peers.client(peer)?;
+    let mut client = peers.client(peer, "DoPut")?;
     // The stored messages as they are (no encoding); the first names the key.
     let mut messages: Vec<FlightData> = entry
         .wire_messages()
@@ -395,7 +448,7 @@ pub async fn send_entry(
     if let Some(ttl) = lifetime.ttl_override {
         metadata.insert(TTL_HEADER, millis(ttl));
     }
-    let reply = with_deadline(peer, async {
+    let reply = with_deadline(peers, peer, async {
         let mut results = client.do_put(request).await?.into_inner();
         results.message().await
     })
@@ -415,8 +468,8 @@ pub async fn list_flights(
     criteria: Criteria,
     incoming: &MetadataMap,
 ) -> Result<Vec<FlightInfo>> {
-    let mut client = peers.client(peer)?;
-    with_deadline(peer, async {
+    let mut client = peers.client(peer, "ListFlights")?;
+    with_deadline(peers, peer, async {
         let mut infos = client
             .list_flights(outgoing(criteria, incoming, sender))
             .await?

@@ -13,12 +13,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use serde::Serialize;
 use tokio::sync::Notify;
+// Tokio's clock, so the tests can pause time instead of sleeping.
+use tokio::time::Instant;
 
 use crate::store::Store;
 
@@ -27,23 +28,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 /// How long a caller waits for the holder's DoPut.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
-/// The answer to a `lease` call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "lease", rename_all = "lowercase")]
-pub enum LeaseOutcome {
-    /// The entry is cached: DoGet it.
-    Hit,
-    /// This caller holds the lease: run the query and DoPut the result.
-    Granted {
-        /// How long the lease lasts, in milliseconds.
-        #[serde(rename = "leaseMs")]
-        lease_ms: u64,
-    },
-    /// Another caller's DoPut stored the entry while this one waited: DoGet it.
-    Filled,
-    /// The holder did not DoPut in time: query the backend yourself (or call again).
-    Timeout,
-}
+/// The answer to a `lease` call (the node-admin contract's type).
+pub use crds::admin::LeaseAnswer as LeaseOutcome;
 
 #[derive(Debug)]
 struct Held {
@@ -119,7 +105,7 @@ impl Leases {
                 return LeaseOutcome::Filled;
             }
             let wake = until.min(deadline);
-            let _ = tokio::time::timeout_at(wake.into(), notified).await;
+            let _ = tokio::time::timeout_at(wake, notified).await;
         }
     }
 
@@ -161,7 +147,7 @@ mod tests {
         pending.commit(batch.schema(), vec![batch], None).unwrap();
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn concurrent_misses_get_one_lease_and_wait_for_its_put() {
         let store = store();
         let leases = Arc::new(Leases::default());
@@ -194,7 +180,7 @@ mod tests {
         assert_eq!(leases.acquire(&key, &store).await, LeaseOutcome::Hit);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_expired_lease_passes_to_the_next_caller_and_waiting_times_out() {
         let store = store();
         let leases = Leases::new(Duration::from_millis(50), Duration::from_millis(20));

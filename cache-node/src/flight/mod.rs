@@ -1,19 +1,20 @@
 //! The Flight adapter: decode the request, call the store, encode the answer.
 //!
 //! Offered: Handshake, DoPut, DoGet, GetFlightInfo, GetSchema, ListFlights, DoAction,
-//! ListActions. DoExchange and PollFlightInfo answer UNIMPLEMENTED. Every call is
-//! authorised (`auth.rs`), timed into the RPC metrics and mapped to a gRPC status in
+//! ListActions. DoExchange and PollFlightInfo answer UNIMPLEMENTED. Calls arrive
+//! authenticated (`crate::auth::AuthLayer` sits in front); every call is timed into the RPC metrics and mapped to a gRPC status in
 //! one place (`error.rs`). With a topology, calls for keys this node does not own go to
 //! their owner (`forward.rs`), with `replicas: 2` also to its second choice
 //! (`replica.rs`); `invalidate-prefix`, `clear` and ListFlights run on every member.
+//!
+//! Owns: the Flight methods' decode → call → encode. Must not import the wire layer's
+//! tower services or raw HTTP bodies (`wire::relay`, `wire::intake`; checked by
+//! `scripts/check-layers`) nor check credentials (`crate::auth` does, in front).
 
 pub mod actions;
-pub mod auth;
 pub mod forward;
-mod intake;
 pub mod lease;
 mod list;
-pub mod passthrough;
 pub mod put;
 pub mod rebalance;
 mod replica;
@@ -28,6 +29,7 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
+use crds::admin;
 use crds::node_config::LocationMode;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -35,13 +37,13 @@ use serde_json::json;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 
+use crate::auth::Auth;
 use crate::error::Error;
 use crate::key::CacheKey;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, Store};
-use auth::Auth;
 use ticket::CacheTicket;
 
 /// Every streaming answer of the service.
@@ -49,9 +51,7 @@ pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
 
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
-pub const MAX_FLIGHT_DATA_BYTES: usize = crate::store::wire::MAX_MESSAGE_BODY_BYTES;
-
-pub use intake::MAX_INCOMING_FRAME_BYTES;
+pub const MAX_FLIGHT_DATA_BYTES: usize = crate::wire::seal::MAX_MESSAGE_BODY_BYTES;
 
 /// How long a Handshake waits for the client to finish sending after the reply.
 const HANDSHAKE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -69,21 +69,22 @@ pub struct FlightCacheService {
 }
 
 impl FlightCacheService {
-    /// A service over `store`.
+    /// A service over `store`, calling peers over `peers` (shared with the DoGet relay).
     pub fn new(
         store: Arc<Store>,
         live: Arc<LiveConfig>,
         metrics: Arc<Metrics>,
         auth: Auth,
         routing: Arc<RoutingTable>,
+        peers: forward::Peers,
     ) -> Self {
         Self {
             store,
             live,
+            peers,
             metrics,
             auth,
             routing,
-            peers: forward::Peers::default(),
             leases: Arc::new(lease::Leases::default()),
         }
     }
@@ -91,15 +92,13 @@ impl FlightCacheService {
     /// Where `key` is served, given the request's forwarding headers.
     fn route(&self, key: &CacheKey, metadata: &MetadataMap) -> Result<Route, Error> {
         let forwarded = forward::forwarded_by(metadata);
-        self.routing
-            .route(&key.to_store_bytes(), forwarded.as_ref())
+        Ok(self
+            .routing
+            .route(&key.to_store_bytes(), forwarded.as_ref())?)
     }
 
     fn sender(&self) -> forward::Sender {
-        forward::Sender {
-            member: self.routing.self_id().unwrap_or("-").to_owned(),
-            ring_version: self.routing.version(),
-        }
+        forward::Sender::of(&self.routing)
     }
 
     /// Runs `invalidate-prefix` / `clear` on every other member too and adds up their
@@ -119,14 +118,21 @@ impl FlightCacheService {
             .filter(|member| Some(member.id.as_str()) != self.routing.self_id())
             .filter_map(|member| membership.peer(&member.id))
             .collect();
-        let calls = peers
-            .iter()
-            .map(|peer| forward::do_action(&self.peers, peer, &sender, action.clone(), metadata));
+        let sender = &sender;
+        let calls = peers.iter().map(|peer| async move {
+            let body =
+                forward::do_action(&self.peers, peer, sender, action.clone(), metadata).await?;
+            // Every member answers these two actions with the same typed body.
+            admin::decode::<admin::RemovedAnswer>(admin::AdminAction::Clear, &body)
+                .map(|answer| answer.removed)
+                .map_err(|source| Error::BadPeerAnswer {
+                    peer: peer.id.to_string(),
+                    source,
+                })
+        });
         let mut removed = 0;
         for answer in futures::future::join_all(calls).await {
-            let body = answer?;
-            let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            removed += value["removed"].as_u64().unwrap_or(0);
+            removed += answer?;
         }
         Ok(removed)
     }
@@ -282,7 +288,6 @@ impl FlightService for FlightCacheService {
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
         let timer = self.metrics.rpc("ListFlights");
         let result = async {
-            self.auth.check(request.metadata())?;
             let expression = &request.get_ref().expression;
             let prefix = if expression.is_empty() {
                 Bytes::new()
@@ -310,7 +315,6 @@ impl FlightService for FlightCacheService {
     ) -> Result<Response<FlightInfo>, Status> {
         let timer = self.metrics.rpc("GetFlightInfo");
         let result = async {
-            self.auth.check(request.metadata())?;
             let key = CacheKey::from_descriptor(request.get_ref())?;
             let sender = self.sender();
             let mut info = self
@@ -360,7 +364,6 @@ impl FlightService for FlightCacheService {
     ) -> Result<Response<SchemaResult>, Status> {
         let timer = self.metrics.rpc("GetSchema");
         let result = async {
-            self.auth.check(request.metadata())?;
             let key = CacheKey::from_descriptor(request.get_ref())?;
             let sender = self.sender();
             self.read_copies(
@@ -391,10 +394,11 @@ impl FlightService for FlightCacheService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let timer = self.metrics.rpc("DoGet");
+        let mut timer = self.metrics.rpc("DoGet");
         let (metadata, _, ticket) = request.into_parts();
+        // Set when a peer's copy answered, so the hit is counted as forwarded.
+        let relayed = std::sync::atomic::AtomicBool::new(false);
         let result = async {
-            self.auth.check(&metadata)?;
             let key = CacheTicket::try_decode(&ticket.ticket)?.key;
             let sender = self.sender();
             self.read_copies(
@@ -412,12 +416,21 @@ impl FlightService for FlightCacheService {
                 |peer| {
                     let ticket = ticket.clone();
                     let (peers, sender, metadata) = (&self.peers, &sender, &metadata);
-                    async move { forward::do_get(peers, &peer, sender, ticket, metadata).await }
+                    let relayed = &relayed;
+                    async move {
+                        let stream =
+                            forward::do_get(peers, &peer, sender, ticket, metadata).await?;
+                        relayed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        Ok(stream)
+                    }
                 },
             )
             .await
         }
         .await;
+        if relayed.load(std::sync::atomic::Ordering::Relaxed) {
+            timer.set_forwarded();
+        }
         match result {
             Ok(stream) => Ok(Response::new(timed(stream, timer))),
             Err(err) => finish(timer, Err(err)),
@@ -430,9 +443,6 @@ impl FlightService for FlightCacheService {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
         let timer = self.metrics.rpc("DoPut");
-        if let Err(err) = self.auth.check(request.metadata()) {
-            return finish(timer, Err(err));
-        }
         let (metadata, _, mut input) = request.into_parts();
         let result = async {
             let (first, key) = put::read_first(&mut input).await?;
@@ -491,7 +501,6 @@ impl FlightService for FlightCacheService {
     ) -> Result<Response<Self::DoActionStream>, Status> {
         let timer = self.metrics.rpc("DoAction");
         let result = async {
-            self.auth.check(request.metadata())?;
             let (action, metadata) = (request.get_ref(), request.metadata());
             let kind = actions::NodeAction::parse(&action.r#type)?;
             let body = match kind {
@@ -503,13 +512,13 @@ impl FlightService for FlightCacheService {
                                 .leases
                                 .acquire(&key.to_store_bytes(), &self.store)
                                 .await;
-                            Bytes::from(serde_json::to_vec(&outcome).unwrap_or_default())
+                            Bytes::from(admin::encode(&outcome))
                         }
                         Route::Local | Route::Forward(_)
                             if kind == actions::NodeAction::Invalidate =>
                         {
                             let removed = self.invalidate_copies(&key, action, metadata).await?;
-                            Bytes::from(json!({ "removed": removed }).to_string())
+                            Bytes::from(admin::encode(&admin::InvalidateAnswer { removed }))
                         }
                         Route::Local => actions::run(
                             kind,
@@ -532,13 +541,10 @@ impl FlightService for FlightCacheService {
                     }
                 }
                 actions::NodeAction::InvalidatePrefix | actions::NodeAction::Clear => {
-                    let local =
-                        actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?;
-                    let local: serde_json::Value =
-                        serde_json::from_slice(&local).unwrap_or_default();
-                    let here = local["removed"].as_u64().unwrap_or(0);
+                    let here = actions::remove_here(kind, &action.body, &self.store)?;
                     let elsewhere = self.fan_out(action, metadata).await?;
-                    Bytes::from(json!({ "removed": here + elsewhere }).to_string())
+                    let removed = here + elsewhere;
+                    Bytes::from(admin::encode(&admin::RemovedAnswer { removed }))
                 }
                 actions::NodeAction::Rebalance => self.rebalance(&action.body, metadata).await?,
                 _ => actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?,
@@ -553,18 +559,16 @@ impl FlightService for FlightCacheService {
     #[tracing::instrument(name = "rpc", skip_all, fields(rpc.method = "ListActions"))]
     async fn list_actions(
         &self,
-        request: Request<Empty>,
+        _request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         let timer = self.metrics.rpc("ListActions");
-        let result = self.auth.check(request.metadata()).map(|()| {
-            let types = actions::NodeAction::ALL.into_iter().map(|action| {
-                Ok(ActionType {
-                    r#type: action.name().to_owned(),
-                    description: action.description().to_owned(),
-                })
-            });
-            Response::new(futures::stream::iter(types.collect::<Vec<_>>()).boxed())
+        let types = actions::NodeAction::ALL.into_iter().map(|action| {
+            Ok(ActionType {
+                r#type: action.name().to_owned(),
+                description: action.description().to_owned(),
+            })
         });
-        finish(timer, result)
+        let response = Response::new(futures::stream::iter(types.collect::<Vec<_>>()).boxed());
+        finish(timer, Ok(response))
     }
 }

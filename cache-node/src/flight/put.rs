@@ -32,8 +32,8 @@ use tonic::Streaming;
 
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
-use crate::store::wire::{Intake, Received};
 use crate::store::{self, Lifetime, SealedBatch, SealedEntry, SealedSchema, Store, batch_weight};
+use crate::wire::seal::{Intake, Received};
 
 /// Options a client may send in the first message's `app_metadata`.
 #[derive(Debug, Default, Deserialize)]

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tonic::metadata::MetadataMap;
 
 use super::FlightCacheService;
@@ -38,38 +37,8 @@ pub const CONCURRENCY: usize = 4;
 /// How long handing one entry to all its owners may take before it counts as failed.
 pub const ENTRY_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The `rebalance` action's body.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RebalanceRequest {
-    /// Count what would move without sending or removing anything.
-    #[serde(default)]
-    dry_run: bool,
-    /// Move at most this many entries (the hottest); the rest count as kept.
-    limit: Option<u64>,
-}
-
-/// The `rebalance` action's result.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RebalanceReport {
-    /// Entries handed to their owners and removed here (dry run: that would be).
-    pub moved: u64,
-    /// Their weight in bytes.
-    pub moved_bytes: u64,
-    /// Entries that could not be handed over (an owner unreachable or refusing, the
-    /// deadline, no active owner); they are still here.
-    pub failed: u64,
-    /// Entries this node keeps: it is one of their owners, or they were past `limit`.
-    pub kept: u64,
-    /// Kept entries whose copy was missing on another of their owners (`replicas: 2`,
-    /// e.g. after that owner restarted empty) and was sent there (dry run: would be).
-    pub copied: u64,
-    /// Kept entries whose missing copy could not be checked or sent.
-    pub copy_failed: u64,
-    /// The ring version the owners were computed with.
-    pub ring_version: u64,
-}
+/// The `rebalance` action's body and answer (the node-admin contract's types).
+use crds::admin::{RebalanceAnswer as RebalanceReport, RebalanceRequest};
 
 impl FlightCacheService {
     /// Runs `rebalance` with `body`.
@@ -77,15 +46,19 @@ impl FlightCacheService {
     /// # Errors
     /// [`Error::BadActionBody`] for a body that is not the documented JSON.
     pub(super) async fn rebalance(&self, body: &Bytes, metadata: &MetadataMap) -> Result<Bytes> {
-        let request: RebalanceRequest = if body.iter().all(u8::is_ascii_whitespace) {
-            RebalanceRequest::default()
+        let request = RebalanceRequest::from_body(body).map_err(|err| Error::BadActionBody {
+            action: "rebalance",
+            reason: format!("{err}; send JSON like {{\"dryRun\": true, \"limit\": 100}}"),
+        })?;
+        let report = if request.dry_run {
+            self.run_rebalance(&request, metadata).await
         } else {
-            serde_json::from_slice(body).map_err(|err| Error::BadActionBody {
-                action: "rebalance",
-                reason: format!("{err}; send JSON like {{\"dryRun\": true, \"limit\": 100}}"),
-            })?
+            let _running = RebalanceGauges::start(&self.metrics);
+            let report = self.run_rebalance(&request, metadata).await;
+            self.metrics
+                .rebalance_finished(report.failed == 0 && report.copy_failed == 0);
+            report
         };
-        let report = self.run_rebalance(&request, metadata).await;
         tracing::info!(
             moved = report.moved,
             moved_bytes = report.moved_bytes,
@@ -95,7 +68,7 @@ impl FlightCacheService {
             dry_run = request.dry_run,
             "rebalance finished"
         );
-        Ok(Bytes::from(serde_json::to_vec(&report).unwrap_or_default()))
+        Ok(Bytes::from(crds::admin::encode(&report)))
     }
 
     async fn run_rebalance(
@@ -161,11 +134,15 @@ impl FlightCacheService {
         if request.dry_run {
             return report;
         }
+        self.metrics
+            .rebalance_pending_entries
+            .set(i64::try_from(plan.len()).unwrap_or(i64::MAX));
         // `buffered` starts the sends in plan order (hottest first).
         let mut sends = futures::stream::iter(plan)
             .map(|(entry, peers)| self.hand_over(entry, peers, metadata))
             .buffered(CONCURRENCY);
         while let Some(outcome) = sends.next().await {
+            self.metrics.rebalance_pending_entries.dec();
             match outcome {
                 Handover::Moved(bytes) => {
                     report.moved += 1;
@@ -317,4 +294,22 @@ enum Handover {
     /// It expired, or was invalidated while being sent (the copies are then undone):
     /// counted as kept, i.e. not moved by this call.
     Vanished,
+}
+
+/// `rebalance_in_progress` is 1 while it lives; both rebalance gauges go back to 0 when
+/// it is dropped, however the rebalance ended.
+struct RebalanceGauges<'a>(&'a crate::metrics::Metrics);
+
+impl<'a> RebalanceGauges<'a> {
+    fn start(metrics: &'a crate::metrics::Metrics) -> Self {
+        metrics.rebalance_in_progress.set(1);
+        Self(metrics)
+    }
+}
+
+impl Drop for RebalanceGauges<'_> {
+    fn drop(&mut self) {
+        self.0.rebalance_in_progress.set(0);
+        self.0.rebalance_pending_entries.set(0);
+    }
 }

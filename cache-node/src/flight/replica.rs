@@ -122,9 +122,11 @@ impl FlightCacheService {
                 Err(err) => return Err(err),
             }
         }
-        Err(miss.or(first_error).unwrap_or(Error::NoOwner {
-            version: self.routing.version(),
-        }))
+        Err(miss.or(first_error).unwrap_or(Error::Routing(
+            crate::routing::members::RoutingError::NoOwner {
+                version: self.routing.version(),
+            },
+        )))
     }
 
     /// Removes `key` from every copy. Returns whether any copy held it.

@@ -7,14 +7,61 @@
 //! version: an older document is refused, the same version is accepted only unchanged.
 //! Without a topology the node owns every key (one node, as before routing existed).
 //! No I/O; the table is shared behind a lock that is never held across an `.await`.
+//!
+//! Owns: the installed topology and routing decisions, with their own [`RoutingError`].
+//! Must not import tonic, `crate::error` (the gRPC-aware error) or `flight/`.
 
 use std::sync::Arc;
 
 use crds::node_config::{self, Topology};
 use parking_lot::RwLock;
 
-use crate::error::{Error, Result};
+/// Why the ring refused a topology or cannot route a request. Knows nothing of gRPC:
+/// `error.rs` maps it to a status.
+#[derive(Debug, thiserror::Error)]
+pub enum RoutingError {
+    /// The topology document is inconsistent.
+    #[error("topology rejected: {0}")]
+    TopologyRejected(String),
+    /// A topology version older than the running one (or the running version changed).
+    #[error(
+        "topology version {requested} is not newer than the running ring version {running} (an \
+         older version, or the same version with different members); publish a new version"
+    )]
+    StaleTopology {
+        /// The version offered.
+        requested: u64,
+        /// The version running.
+        running: u64,
+    },
+    /// The ring has no active member to own the key.
+    #[error("ring version {version} has no active member to own this key")]
+    NoOwner {
+        /// The ring version.
+        version: u64,
+    },
+    /// A forwarded request reached a node whose ring names another owner.
+    #[error(
+        "ring disagreement: {from} (ring version {from_version}) forwarded this request here, but \
+         ring version {version} on this node names {owner} as the owner; retry once the \
+         topology has reached every node"
+    )]
+    RingDisagreement {
+        /// The forwarding member.
+        from: String,
+        /// The ring version it routed by.
+        from_version: u64,
+        /// The owner by this node's ring.
+        owner: String,
+        /// This node's ring version.
+        version: u64,
+    },
+}
+
+/// Result with [`RoutingError`].
+pub type Result<T, E = RoutingError> = std::result::Result<T, E>;
 use crate::routing::ring::{MemberId, MemberState, Ring, RingMember};
+use RoutingError as Error;
 
 /// A ring member a request can be forwarded to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -388,8 +435,11 @@ mod tests {
         };
         let err = decide(Some(&membership), Some("n-0"), &theirs, Some(&by(3))).unwrap_err();
         assert!(matches!(err, Error::RingDisagreement { .. }), "{err}");
-        assert_eq!(err.code(), tonic::Code::Unavailable);
         assert!(err.to_string().contains("n-2"), "{err}");
+        assert_eq!(
+            crate::error::Error::from(err).code(),
+            tonic::Code::Unavailable
+        );
         // The sender has a newer ring: trust it and serve here.
         assert_eq!(
             decide(Some(&membership), Some("n-0"), &theirs, Some(&by(4))).unwrap(),
@@ -440,7 +490,10 @@ mod tests {
         use node_config::MemberState::Joining;
         let membership = Membership::new(topology(1, &[("n-0", Joining)])).unwrap();
         let err = decide(Some(&membership), Some("n-0"), b"Pa", None).unwrap_err();
-        assert_eq!(err.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            crate::error::Error::from(err).code(),
+            tonic::Code::Unavailable
+        );
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //! owners): [`key_hash`] over the key's store bytes (kind byte + key, see `key.rs`),
 //! [`key_hash`] over the UTF-8 member id, combined with [`score`]. The golden test
 //! `hash_is_stable` pins it.
+//!
+//! Owns: the hash and the ring. Pure; must not import anything of the node but `key`.
 
 use std::cmp::Ordering;
 

@@ -14,7 +14,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::clock::duration_to_nanos;
-use super::wire::{SealedEntry, WireMessage};
+use super::sealed::{SealedEntry, WireMessage};
 
 /// One cached result set, visible whole or not at all.
 pub struct Entry {

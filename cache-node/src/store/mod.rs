@@ -35,6 +35,10 @@
 //! Entries already past their new deadline expire at the next purge or access. A
 //! shrink of the caps evicts down to them with cause `Size`, and entries heavier than
 //! a lowered `max_entry_bytes` are evicted; entries that still fit stay.
+//!
+//! Owns: entries (sealed, opaque frames: `sealed.rs`), the budget, TTL, eviction. Must
+//! not import tonic, arrow-flight, hyper or h2 (`scripts/check-layers`), nor `flight/`,
+//! `wire/` or `routing/`.
 
 mod clock;
 mod config;
@@ -42,10 +46,10 @@ mod entry;
 mod eviction;
 mod expiry;
 mod put;
+mod sealed;
 mod sketch;
 mod state;
 pub mod weight;
-pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -63,9 +67,10 @@ pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
 pub use self::entry::Entry;
 pub use self::put::PendingPut;
+pub use self::sealed::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 use self::state::Inner;
-pub use self::weight::{batch_weight, compact_batch, entry_weight};
-pub use self::wire::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
+pub use self::weight::BATCH_OVERHEAD_BYTES;
+pub use self::weight::{batch_weight, entry_weight};
 
 /// Budget held for bytes of a put still arriving; released on drop.
 pub struct IntakeReservation {
@@ -300,7 +305,7 @@ impl Shared {
 /// use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 /// use bytes::Bytes;
 /// use cache_node::store::{
-///     EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight, compact_batch,
+///     EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight,
 /// };
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -314,11 +319,10 @@ impl Shared {
 /// };
 /// let store = Store::new(config, Arc::new(ManualClock::new()))?;
 ///
-/// // A DoPut: compact and reserve each batch as it arrives, then commit.
+/// // A DoPut: reserve each batch as it arrives, then commit (sealing it).
 /// let column: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
-/// let received = RecordBatch::try_from_iter([("n", column)])?;
+/// let batch = RecordBatch::try_from_iter([("n", column)])?;
 /// let mut put = store.begin_put(Bytes::from_static(b"sales/2024"));
-/// let batch = compact_batch(&received)?;
 /// put.reserve(batch_weight(&batch))?;
 /// put.commit(batch.schema(), vec![batch], None)?;
 ///

@@ -6,15 +6,12 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
 use bytes::Bytes;
 
+use super::sealed::SealedEntry;
 use super::state::{Inner, NewEntry};
-use super::wire::SealedEntry;
-use super::{CommitOutcome, Error, Lifetime, Result, Shared};
+use super::{CommitOutcome, Lifetime, Result, Shared};
 
 /// A put in progress, from [`Store::begin_put`](super::Store::begin_put) until
 /// [`commit`](Self::commit) or drop.
@@ -96,53 +93,8 @@ impl PendingPut {
             .with_inner(|inner| inner.shrink_reservation(self.put_id, bytes));
     }
 
-    /// Installs the entry: seals and weighs `batches` exactly, adjusts the reservation to that
-    /// weight (evicting if it exceeds the reservation), makes room under the entry
-    /// cap, and replaces any entry under the same key (cause `Replaced`), all at once.
-    ///
-    /// `ttl_override` replaces the store TTL for this entry; the TTL mode still
-    /// applies. The entry's weight also counts the key bytes.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidatedDuringPut`](super::Error::InvalidatedDuringPut),
-    /// [`Error::EntryTooLarge`](super::Error::EntryTooLarge) or
-    /// [`Error::OverBudget`](super::Error::OverBudget) as for
-    /// [`reserve`](Self::reserve), or the error an earlier `reserve` failed with. On
-    /// error nothing is stored, nothing is replaced and the reservation is released.
-    pub fn commit(
-        self,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-        ttl_override: Option<Duration>,
-    ) -> Result<CommitOutcome> {
-        let lifetime = Lifetime {
-            ttl_override,
-            ..Lifetime::default()
-        };
-        self.commit_with(schema, batches, lifetime)
-    }
-
-    /// [`commit`](Self::commit) with a full [`Lifetime`]: an entry handed over from
-    /// another node keeps its age, idle time and deadline, and may ask to be installed
-    /// only where the key is absent ([`CommitOutcome::kept_existing`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`commit`](Self::commit).
-    pub fn commit_with(
-        self,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-        lifetime: Lifetime,
-    ) -> Result<CommitOutcome> {
-        let sealed = SealedEntry::seal(schema, &batches)
-            .map_err(|err| Error::Unencodable(err.to_string()))?;
-        drop(batches);
-        self.commit_sealed(sealed, lifetime)
-    }
-
-    /// [`commit_with`](Self::commit_with) for batches already sealed as they arrived.
+    /// Installs an entry sealed as its batches arrived (`wire::seal` seals them; its
+    /// `commit`/`commit_with` wrap this for callers holding whole batches).
     ///
     /// # Errors
     ///

@@ -16,8 +16,8 @@ use super::config::{RemovalCause, StoreConfig, TtlMode};
 use super::entry::Entry;
 use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
 use super::expiry::{ExpiryIndex, compute_deadline};
+use super::sealed::SealedEntry;
 use super::sketch::FrequencySketch;
-use super::wire::SealedEntry;
 use super::{CommitOutcome, Error, HandoffEntry, Lifetime, RemovalCounts, Result, StoreStats};
 
 mod reconfigure;

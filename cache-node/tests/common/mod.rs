@@ -19,12 +19,18 @@ use arrow_flight::{Action, FlightClient, FlightDescriptor, PutResult, Ticket};
 use bytes::Bytes;
 use cache_node::config::{Cli, Config};
 use cache_node::server::{self, RunningNode};
+use cache_node::store::{Clock, SystemClock};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use tonic::transport::Channel;
 
 /// Starts a node on loopback with the given extra flags.
 pub async fn start_node(flags: &[&str]) -> RunningNode {
+    start_node_with_clock(flags, Arc::new(SystemClock::new())).await
+}
+
+/// Starts a node on loopback whose store reads time from `clock`.
+pub async fn start_node_with_clock(flags: &[&str], clock: Arc<dyn Clock>) -> RunningNode {
     let mut args = vec![
         "flightcache-node",
         "--listen",
@@ -36,7 +42,7 @@ pub async fn start_node(flags: &[&str]) -> RunningNode {
     ];
     args.extend_from_slice(flags);
     let config = Config::from_cli(Cli::try_parse_from(args).expect("flags parse")).expect("config");
-    server::start(config).await.expect("node starts")
+    server::start(config, clock).await.expect("node starts")
 }
 
 pub async fn channel(node: &RunningNode) -> Channel {

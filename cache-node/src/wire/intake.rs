@@ -11,7 +11,7 @@
 //! layer only makes once the put has taken the message (and reserved what it keeps),
 //! or when the request ends. A message that cannot be reserved (other reservations hold
 //! the budget) or that is over the max entry size passes unreserved, and the put's own
-//! checks refuse it. No I/O.
+//! checks refuse it. No I/O. Must not import the Flight service (`flight/`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,7 +21,60 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use tonic::Status;
 use tonic::body::Body;
 
+use tonic::codegen::http;
+use tonic::codegen::{BoxFuture, Service};
+use tonic::server::NamedService;
+
 use crate::store::{IntakeReservation, Store};
+
+/// The gRPC path of DoPut.
+const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
+
+/// The Flight server `S` with each DoPut's request body wrapped in an [`IntakeBody`].
+/// Every other call passes through untouched.
+#[derive(Debug, Clone)]
+pub struct IntakeLayer<S> {
+    inner: S,
+    store: std::sync::Arc<Store>,
+}
+
+impl<S> IntakeLayer<S> {
+    /// Wraps `inner`, reserving DoPut bytes in `store`.
+    pub fn new(inner: S, store: std::sync::Arc<Store>) -> Self {
+        Self { inner, store }
+    }
+}
+
+impl<S: NamedService> NamedService for IntakeLayer<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<Body>> for IntakeLayer<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.uri().path() != DO_PUT_PATH {
+            return Box::pin(self.inner.call(request));
+        }
+        // Reserve each message's bytes as soon as its length is known.
+        let (parts, body) = request.into_parts();
+        let body = IntakeBody::new(body, std::sync::Arc::clone(&self.store));
+        Box::pin(
+            self.inner
+                .call(http::Request::from_parts(parts, Body::new(body))),
+        )
+    }
+}
 
 /// Bytes of the gRPC message prefix: compression flag and big-endian length.
 const PREFIX_BYTES: usize = 5;

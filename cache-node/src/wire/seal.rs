@@ -1,5 +1,5 @@
-//! The wire form of an entry: its Arrow IPC messages encoded once, when the entry is
-//! put, and kept as the gRPC frames a DoGet sends.
+//! Sealing: an entry's Arrow IPC messages encoded once, when the entry is put, into the
+//! gRPC frames a DoGet sends (the store keeps them opaque, `store::sealed`).
 //!
 //! Sealing a batch encodes it as Flight IPC messages (dictionaries hydrated, messages
 //! kept under the Flight size cap) into one exactly sized body allocation per message,
@@ -11,9 +11,11 @@
 //!
 //! A message's gRPC frame is `head ++ body`: `head` holds the 5-byte gRPC prefix and
 //! the protobuf `FlightData` fields up to the body (`data_header`, then the key and
-//! length of `data_body`); `body` is the IPC body itself. Pure CPU work, no I/O.
+//! length of `data_body`); `body` is the IPC body itself. Pure CPU work, no I/O. Owns the
+//! protobuf field numbers and the gRPC prefix; must not import the store's internals.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
@@ -25,6 +27,10 @@ use arrow_ipc::{MessageHeader, MetadataVersion, reader, root_as_message};
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
+
+use crate::store::{
+    CommitOutcome, Lifetime, PendingPut, SealedBatch, SealedEntry, SealedSchema, WireMessage,
+};
 
 /// gRPC's default limit on a received message (tonic, grpc-go, grpc-java clients).
 pub const GRPC_DEFAULT_MESSAGE_LIMIT: usize = 4 << 20;
@@ -45,17 +51,9 @@ const BODY_ALIGNMENT: usize = 16;
 const DATA_HEADER_FIELD: u64 = 2;
 const DATA_BODY_FIELD: u64 = 1000;
 
-/// One stored IPC message as a gRPC frame: `head ++ body`.
-#[derive(Debug, Clone)]
-pub struct WireMessage {
-    head: Bytes,
-    /// Where the IPC `data_header` lies inside `head`.
-    header: std::ops::Range<usize>,
-    body: Bytes,
-}
-
+/// Builds the gRPC frame of a stored message and turns it back into `FlightData`.
 impl WireMessage {
-    fn new(message: &FlightData) -> Self {
+    pub(crate) fn new(message: &FlightData) -> Self {
         let header_len = message.data_header.len();
         let body_len = message.data_body.len();
         let header_field = field_len(DATA_HEADER_FIELD, header_len);
@@ -85,48 +83,14 @@ impl WireMessage {
         }
     }
 
-    /// The gRPC frame's bytes up to the body.
-    pub fn head(&self) -> &Bytes {
-        &self.head
-    }
-
-    /// The IPC body (the Arrow buffers), shared with the decoded batch.
-    pub fn body(&self) -> &Bytes {
-        &self.body
-    }
-
-    /// Bytes held beside the body: the frame head, which holds the IPC header.
-    pub fn head_bytes(&self) -> u64 {
-        self.head.len() as u64
-    }
-
     /// The message as `FlightData`, sharing its bytes.
     pub fn to_flight_data(&self) -> FlightData {
         FlightData {
-            data_header: self.head.slice(self.header.clone()),
+            data_header: self.ipc_header(),
             data_body: self.body.clone(),
             ..FlightData::default()
         }
     }
-}
-
-/// A batch decoded from its own stored message: the two share the body's memory.
-#[derive(Debug, Clone)]
-pub struct SealedBatch {
-    /// The batch, its buffers slices of `message.body()`.
-    pub batch: RecordBatch,
-    /// The IPC message it was decoded from.
-    pub message: WireMessage,
-}
-
-/// The schema an entry is stored and served with, and its IPC schema message.
-#[derive(Debug, Clone)]
-pub struct SealedSchema {
-    /// The schema clients receive: dictionary columns hydrated to their value type.
-    pub schema: SchemaRef,
-    /// The IPC schema message, the first message of a DoGet.
-    pub message: WireMessage,
-    input: SchemaRef,
 }
 
 impl SealedSchema {
@@ -201,11 +165,6 @@ impl SealedSchema {
             sealed.push(self.decode(message)?);
         }
         Ok(sealed)
-    }
-
-    /// The schema the batches arrive with (before dictionaries are hydrated).
-    pub fn input(&self) -> &SchemaRef {
-        &self.input
     }
 
     /// Keeps a received batch message as it came, when it can be served as it is: an
@@ -365,15 +324,6 @@ impl Intake {
     }
 }
 
-/// An entry's data, sealed: the schema message and every batch with its message.
-#[derive(Debug, Clone)]
-pub struct SealedEntry {
-    /// The stored schema and its message.
-    pub schema: SealedSchema,
-    /// The batches in put order.
-    pub batches: Vec<SealedBatch>,
-}
-
 impl SealedEntry {
     /// Seals `batches` of `schema` (for callers holding whole batches, e.g. tests and
     /// fills; a DoPut seals each batch as it arrives).
@@ -391,19 +341,54 @@ impl SealedEntry {
             batches: sealed,
         })
     }
+}
 
-    /// Bytes the entry holds besides its key: the distinct Arrow allocations (the
-    /// bodies, see [`entry_weight`](super::weight::entry_weight)) plus every frame head.
-    pub fn weight(&self) -> u64 {
-        let batches: Vec<RecordBatch> = self.batches.iter().map(|b| b.batch.clone()).collect();
-        self.batches
-            .iter()
-            .map(|batch| batch.message.head_bytes())
-            .fold(
-                super::weight::entry_weight(&batches)
-                    .saturating_add(self.schema.message.head_bytes()),
-                u64::saturating_add,
-            )
+/// Puts of whole batches: sealed here, then installed by the store.
+impl PendingPut {
+    /// Installs the entry: seals and weighs `batches` exactly, adjusts the reservation to that
+    /// weight (evicting if it exceeds the reservation), makes room under the entry
+    /// cap, and replaces any entry under the same key (cause `Replaced`), all at once.
+    ///
+    /// `ttl_override` replaces the store TTL for this entry; the TTL mode still
+    /// applies. The entry's weight also counts the key bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::store::Error::InvalidatedDuringPut`](super::crate::store::Error::InvalidatedDuringPut),
+    /// [`Error::EntryTooLarge`](super::Error::EntryTooLarge) or
+    /// [`Error::OverBudget`](super::Error::OverBudget) as for
+    /// [`reserve`](Self::reserve), or the error an earlier `reserve` failed with. On
+    /// error nothing is stored, nothing is replaced and the reservation is released.
+    pub fn commit(
+        self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        ttl_override: Option<Duration>,
+    ) -> crate::store::Result<CommitOutcome> {
+        let lifetime = Lifetime {
+            ttl_override,
+            ..Lifetime::default()
+        };
+        self.commit_with(schema, batches, lifetime)
+    }
+
+    /// [`commit`](Self::commit) with a full [`Lifetime`]: an entry handed over from
+    /// another node keeps its age, idle time and deadline, and may ask to be installed
+    /// only where the key is absent ([`CommitOutcome::kept_existing`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`commit`](Self::commit).
+    pub fn commit_with(
+        self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        lifetime: Lifetime,
+    ) -> crate::store::Result<CommitOutcome> {
+        let sealed = SealedEntry::seal(schema, &batches)
+            .map_err(|err| crate::store::Error::Unencodable(err.to_string()))?;
+        drop(batches);
+        self.commit_sealed(sealed, lifetime)
     }
 }
 
@@ -472,7 +457,7 @@ mod tests {
     use bytes::Buf;
 
     use super::*;
-    use crate::store::weight::batch_weight;
+    use crate::store::batch_weight;
 
     fn table(rows: i64) -> RecordBatch {
         let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows));
@@ -520,7 +505,7 @@ mod tests {
         let body = sealed[0].message.body().len() as u64;
         assert_eq!(
             batch_weight(&sealed[0].batch),
-            crate::store::weight::BATCH_OVERHEAD_BYTES + body
+            crate::store::BATCH_OVERHEAD_BYTES + body
         );
         // Five rows of two columns: well under a kilobyte, not the parent's megabytes.
         assert!(body < 1_024, "{body}");
@@ -588,7 +573,7 @@ mod tests {
         assert_ne!(adopted.message.body().as_ptr(), received.data_body.as_ptr());
         assert_eq!(
             batch_weight(&adopted.batch),
-            crate::store::weight::BATCH_OVERHEAD_BYTES + adopted.message.body().len() as u64
+            crate::store::BATCH_OVERHEAD_BYTES + adopted.message.body().len() as u64
         );
         assert_eq!(
             decode_frame(&adopted.message),

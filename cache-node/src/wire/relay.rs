@@ -13,15 +13,12 @@
 //! saves the forwarding node a decode into a per-message buffer and a prost re-encode
 //! into another, for each ≤ 2 MiB message (see docs/benchmarks.md).
 //!
-//! A DoPut's request body is wrapped so each message's bytes are reserved in the budget
-//! as soon as its length is known (`flight/intake.rs`).
-//!
 //! Everything else goes to the generated server unchanged, and so does a DoGet this
 //! relay does not take: a miss here, a forwarded request this node does not hold, one
-//! that fails auth or carries an unusual body, an owner that cannot be reached (the normal
+//! that carries an unusual body, an owner that cannot be reached (the normal
 //! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
-//! Does network I/O.
+//! Does network I/O. Must not import the Flight service itself (`flight/mod.rs`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -36,31 +33,47 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use super::FlightCacheService;
-use super::forward::{self, CALL_TIMEOUT};
-use super::intake::IntakeBody;
-use super::ticket::CacheTicket;
+use crate::flight::forward::{self, CALL_TIMEOUT, PeerError, Peers};
+use crate::flight::ticket::CacheTicket;
+use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
-use crate::routing::members::Route;
+use crate::routing::members::RoutingTable;
+use crate::routing::members::{Peer, Route};
+use crate::store::Store;
+use std::sync::Arc;
 
 /// The gRPC path of DoGet.
 const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
-/// The gRPC path of DoPut.
-const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
 /// Largest DoGet request body read here (a ticket is a key of at most 64 KiB).
 const MAX_REQUEST_BYTES: usize = 80 << 10;
 
-/// The Flight server `S` with forwarded DoGets relayed at the HTTP/2 level.
+/// What the relay needs of the node: the store it serves hits from, the ring it routes
+/// by, the pooled peer channels and the RPC metrics. (Calls reach it authenticated, by
+/// `auth::AuthLayer`.)
+#[derive(Debug, Clone)]
+pub struct RelayNode {
+    /// The node's store.
+    pub store: Arc<Store>,
+    /// The RPC metrics.
+    pub metrics: Arc<Metrics>,
+    /// The ring.
+    pub routing: Arc<RoutingTable>,
+    /// The pooled channels to peers (shared with the Flight service).
+    pub peers: Peers,
+}
+
+/// The Flight server `S` with DoGet hits served from stored frames and forwarded DoGets
+/// relayed at the HTTP/2 level. Only DoGet is touched.
 #[derive(Debug, Clone)]
 pub struct DoGetRelay<S> {
     inner: S,
-    service: FlightCacheService,
+    node: RelayNode,
 }
 
 impl<S> DoGetRelay<S> {
-    /// Wraps `inner` (the generated server over `service`).
-    pub fn new(inner: S, service: FlightCacheService) -> Self {
-        Self { inner, service }
+    /// Wraps `inner` (the generated Flight server of the same node).
+    pub fn new(inner: S, node: RelayNode) -> Self {
+        Self { inner, node }
     }
 }
 
@@ -85,20 +98,13 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() == DO_PUT_PATH {
-            // Reserve each message's bytes as soon as its length is known.
-            let (parts, body) = request.into_parts();
-            let body = IntakeBody::new(body, std::sync::Arc::clone(&self.service.store));
-            let request = http::Request::from_parts(parts, Body::new(body));
-            return Box::pin(self.inner.call(request));
-        }
         if request.uri().path() != DO_GET_PATH {
             return Box::pin(self.inner.call(request));
         }
         // The ready clone answers this call; a fresh clone waits for the next poll_ready.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let service = self.service.clone();
+        let service = self.node.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let Some(message) = read_small_body(body).await else {
@@ -114,7 +120,7 @@ where
     }
 }
 
-impl FlightCacheService {
+impl RelayNode {
     /// Relays a DoGet to the ticket's owner if this relay takes it (see the module docs);
     /// `None` hands it to the normal path.
     async fn relay_do_get(
@@ -123,9 +129,6 @@ impl FlightCacheService {
         message: &Bytes,
     ) -> Option<http::Response<Body>> {
         let metadata = MetadataMap::from_headers(parts.headers.clone());
-        if self.auth.check(&metadata).is_err() {
-            return None;
-        }
         let ticket = ticket_bytes(message)?;
         let key = CacheTicket::try_decode(&ticket).ok()?.key;
         let forwarded = forward::forwarded_by(&metadata);
@@ -136,8 +139,10 @@ impl FlightCacheService {
             Route::Forward(_) if forwarded.is_some() => return None,
             Route::Forward(peer) => peer,
         };
-        let timer = self.metrics.rpc("DoGet");
+        let mut timer = self.metrics.rpc("DoGet");
+        timer.set_forwarded();
         let mut channel = self.peers.channel(peer).ok()?;
+        self.peers.count_call(peer, "DoGet");
         let mut outgoing = http::Request::builder()
             .method(http::Method::POST)
             .uri(DO_GET_PATH)
@@ -145,7 +150,11 @@ impl FlightCacheService {
             .header("te", "trailers")
             .body(Body::new(Once(Some(message.clone()))))
             .ok()?;
-        forward::add_forwarding_headers(outgoing.headers_mut(), &metadata, &self.sender());
+        add_forwarding_headers(
+            outgoing.headers_mut(),
+            &metadata,
+            &forward::Sender::of(&self.routing),
+        );
         let call = async {
             std::future::poll_fn(|cx| channel.poll_ready(cx)).await?;
             channel.call(outgoing).await
@@ -154,13 +163,22 @@ impl FlightCacheService {
             Ok(Ok(response)) => response,
             // Unreachable or too slow: the normal path names the owner or asks the second
             // copy. The timer is dropped unrecorded (the normal path records the call).
-            Ok(Err(_)) | Err(_) => {
+            Ok(Err(_)) => {
+                self.peers.count_error(PeerError::Unreachable, peer);
+                timer.discard();
+                return None;
+            }
+            Err(_) => {
+                self.peers.count_error(PeerError::Timeout, peer);
                 timer.discard();
                 return None;
             }
         };
         // A trailers-only answer carries its status in the headers.
         let early = Status::from_header_map(response.headers()).map(|status| status.code());
+        if early == Some(Code::Unavailable) {
+            self.peers.count_error(PeerError::Refused, peer);
+        }
         if let Some(code) = early
             && choices.len() > 1
             && matches!(code, Code::NotFound | Code::Unavailable)
@@ -176,14 +194,15 @@ impl FlightCacheService {
             body,
             timer: Some(timer),
             code: early.unwrap_or(Code::Ok),
-            owner: peer.id.to_string(),
+            owner: peer.clone(),
+            peers: self.peers.clone(),
             ended: false,
         };
         Some(http::Response::from_parts(head, Body::new(timed)))
     }
 }
 
-impl FlightCacheService {
+impl RelayNode {
     /// Answers a DoGet for `key` from this node's store with the entry's stored frames;
     /// `None` (a miss) hands it to the normal path, which reports the miss or asks the
     /// second copy.
@@ -274,6 +293,23 @@ fn ticket_bytes(message: &Bytes) -> Option<Bytes> {
     (buf.remaining() == size).then(|| buf.copy_to_bytes(size))
 }
 
+/// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
+fn add_forwarding_headers(
+    headers: &mut http::HeaderMap,
+    incoming: &MetadataMap,
+    sender: &forward::Sender,
+) {
+    if let Some(auth) = incoming.get("authorization").and_then(|v| v.to_str().ok())
+        && let Ok(value) = auth.parse()
+    {
+        headers.insert("authorization", value);
+    }
+    if let Ok(member) = sender.member.parse() {
+        headers.insert(forward::FORWARDED_HEADER, member);
+    }
+    headers.insert(forward::RING_VERSION_HEADER, sender.ring_version.into());
+}
+
 /// Reads a request body of at most [`MAX_REQUEST_BYTES`]; `None` if it is larger or
 /// fails.
 async fn read_small_body(mut body: Body) -> Option<Bytes> {
@@ -329,7 +365,8 @@ struct Timed {
     body: Body,
     timer: Option<RpcTimer>,
     code: Code,
-    owner: String,
+    owner: Peer,
+    peers: Peers,
     ended: bool,
 }
 
@@ -337,12 +374,13 @@ impl Timed {
     fn broken_off(&mut self, cause: &Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         self.ended = true;
         self.code = Code::Unavailable;
+        self.peers.count_error(PeerError::Broken, &self.owner);
         if let Some(timer) = self.timer.take() {
             timer.finish(self.code);
         }
         let status = Status::unavailable(format!(
             "owner {} ended its answer early ({}: {}); retry",
-            self.owner,
+            self.owner.id,
             cause.code(),
             cause.message()
         ));
@@ -472,7 +510,11 @@ mod tests {
             body: Body::new(BreaksOff(0)),
             timer: None,
             code: Code::Ok,
-            owner: "pool-2".into(),
+            owner: Peer {
+                id: "pool-2".into(),
+                address: "127.0.0.1:1".into(),
+            },
+            peers: Peers::default(),
             ended: false,
         };
         let first = next_frame(&mut timed).await.unwrap().unwrap();

@@ -1,15 +1,104 @@
-//! Bearer-token authentication of Flight calls, and the Handshake that hands the token out.
+//! Authentication: one tower layer ([`AuthLayer`]) in front of every Flight call, and
+//! the Handshake credential check that hands the token out.
 //!
-//! With a token configured, every call but Handshake must carry `authorization: Bearer
-//! <token>`. Handshake accepts `authorization: Basic base64(user:token)` (any user name,
-//! which is what `pyarrow.flight.FlightClient.authenticate_basic_token` sends), a Bearer
-//! header, or the token as the first HandshakeRequest payload, and answers with the
-//! Bearer header. Pure apart from reading request metadata.
+//! With a token configured, every Flight call but Handshake (and the two methods a node
+//! does not offer, PollFlightInfo and DoExchange, which answer UNIMPLEMENTED) must carry
+//! `authorization: Bearer <token>`; the layer refuses anything else with UNAUTHENTICATED
+//! before any request body is read, and records the refusal in the RPC metrics.
+//! Handshake accepts `authorization: Basic base64(user:token)` (any user name, which is
+//! what `pyarrow.flight.FlightClient.authenticate_basic_token` sends), a Bearer header,
+//! or the token as the first HandshakeRequest payload, and answers with the Bearer
+//! header ([`Auth::handshake`], called by the Flight service). This layer is where a
+//! separate admin credential (issue 12) would be checked. Must not import `flight/`,
+//! `wire/` or the store. Pure apart from reading request headers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use base64::Engine as _;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
+use tonic::server::NamedService;
+use tonic::{Code, Status};
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+
+/// The gRPC path prefix of the Flight service.
+const FLIGHT_PREFIX: &str = "/arrow.flight.protocol.FlightService/";
+
+/// The Flight methods that need a bearer token (every offered method but Handshake).
+const AUTHENTICATED_METHODS: [&str; 7] = [
+    "ListFlights",
+    "GetFlightInfo",
+    "GetSchema",
+    "DoGet",
+    "DoPut",
+    "DoAction",
+    "ListActions",
+];
+
+/// The Flight method `path` names, if it needs a bearer token.
+fn authenticated_method(path: &str) -> Option<&'static str> {
+    let method = path.strip_prefix(FLIGHT_PREFIX)?;
+    AUTHENTICATED_METHODS
+        .into_iter()
+        .find(|candidate| *candidate == method)
+}
+
+/// The Flight server `S` behind the bearer-token check.
+#[derive(Debug, Clone)]
+pub struct AuthLayer<S> {
+    inner: S,
+    auth: Auth,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> AuthLayer<S> {
+    /// Wraps `inner`; refusals are recorded in `metrics`.
+    pub fn new(inner: S, auth: Auth, metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner,
+            auth,
+            metrics,
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for AuthLayer<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<Body>> for AuthLayer<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if let Some(method) = authenticated_method(request.uri().path()) {
+            let metadata = MetadataMap::from_headers(request.headers().clone());
+            if let Err(err) = self.auth.check(&metadata) {
+                self.metrics.rpc(method).finish(Code::Unauthenticated);
+                let status = Status::from(err);
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+        }
+        Box::pin(self.inner.call(request))
+    }
+}
 
 const MISSING: &str = "this node requires a bearer token: send 'authorization: Bearer <token>', \
                        or call Handshake with basic auth (any user, the token as password)";
@@ -102,6 +191,30 @@ mod tests {
         let mut metadata = MetadataMap::new();
         metadata.insert("authorization", value.parse().unwrap());
         metadata
+    }
+
+    #[test]
+    fn every_offered_method_but_handshake_needs_the_token() {
+        for method in [
+            "ListFlights",
+            "GetFlightInfo",
+            "GetSchema",
+            "DoGet",
+            "DoPut",
+            "DoAction",
+            "ListActions",
+        ] {
+            let path = format!("{FLIGHT_PREFIX}{method}");
+            assert_eq!(authenticated_method(&path), Some(method));
+        }
+        for path in [
+            "/arrow.flight.protocol.FlightService/Handshake",
+            "/arrow.flight.protocol.FlightService/PollFlightInfo",
+            "/arrow.flight.protocol.FlightService/DoExchange",
+            "/grpc.health.v1.Health/Check",
+        ] {
+            assert_eq!(authenticated_method(path), None, "{path}");
+        }
     }
 
     #[test]

@@ -1,0 +1,15 @@
+//! The wire layer: everything that knows gRPC and HTTP/2 framing.
+//!
+//! - [`seal`]: an entry's IPC messages encoded once into the gRPC frames a DoGet sends
+//!   (protobuf tags, gRPC prefixes); the store keeps them opaque.
+//! - [`intake`]: a tower layer in front of DoPut that reserves each message's bytes in
+//!   the budget as soon as its gRPC prefix announces its length.
+//! - [`relay`]: a tower layer in front of DoGet that answers a local hit with the stored
+//!   frames and relays a forwarded DoGet frame by frame.
+//!
+//! `flight/` must not import `intake` or `relay` internals: it only mounts the layers
+//! (`server.rs`) and uses [`seal`] through the store's sealed types.
+
+pub mod intake;
+pub mod relay;
+pub mod seal;

@@ -1,0 +1,136 @@
+//! Component tests of the node's metrics (issue 11): three in-process nodes on
+//! 127.0.0.1:0; each test drives calls and scrapes `/metrics` to see the series move.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cluster;
+mod common;
+
+use cluster::*;
+use common::*;
+use tonic::Code;
+
+/// The value of the series whose line starts with `series` (name and labels).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
+    let mut cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let remote = keys_owned_by(&ring, "n-2", "remote", 1).remove(0);
+    let missing = keys_owned_by(&ring, "n-2", "absent", 1).remove(0);
+    let local = keys_owned_by(&ring, "n-0", "local", 1).remove(0);
+    let mut via0 = cluster.client(0).await;
+    for key in [&remote, &local] {
+        put(&mut via0, path(key), vec![sample_batch(10, 1)], None)
+            .await
+            .unwrap();
+    }
+    get(&mut via0, path_ticket(&remote)).await.unwrap();
+    get(&mut via0, path_ticket(&local)).await.unwrap();
+    let err = get(&mut via0, path_ticket(&missing)).await.unwrap_err();
+    assert_eq!(status(err).code(), Code::NotFound);
+
+    let text = scrape(cluster.node(0).metrics_addr).await;
+    for (series, expected) in [
+        (
+            r#"flightcache_node_doget_seconds_count{outcome="forwarded_hit"}"#,
+            1.0,
+        ),
+        (
+            r#"flightcache_node_doget_seconds_count{outcome="local_hit"}"#,
+            1.0,
+        ),
+        (
+            r#"flightcache_node_doget_seconds_count{outcome="miss"}"#,
+            1.0,
+        ),
+        (
+            r#"flightcache_node_forwarded_total{peer="n-2",grpc_method="DoGet"}"#,
+            2.0,
+        ),
+        (
+            r#"flightcache_node_forwarded_total{peer="n-2",grpc_method="DoPut"}"#,
+            1.0,
+        ),
+        (
+            &format!(
+                r#"flightcache_node_build_info{{version="{}"}}"#,
+                env!("CARGO_PKG_VERSION")
+            ),
+            1.0,
+        ),
+    ] {
+        assert_eq!(value(&text, series), Some(expected), "{series}\n{text}");
+    }
+    assert!(
+        value(
+            &text,
+            r#"flightcache_node_doget_seconds_count{outcome="error"}"#
+        )
+        .is_none()
+    );
+    let rss = value(&text, "flightcache_node_process_resident_memory_bytes").unwrap();
+    assert!(rss > 1_000_000.0, "{rss}");
+    // The owner's own DoGets were local hits and misses, not forwarded.
+    let owner = scrape(cluster.node(2).metrics_addr).await;
+    assert_eq!(
+        value(
+            &owner,
+            r#"flightcache_node_doget_seconds_count{outcome="local_hit"}"#
+        ),
+        Some(1.0)
+    );
+    assert!(!owner.contains("flightcache_node_forwarded_total{"));
+
+    // The owner goes away: the next forwarded DoGet fails and names it.
+    cluster.stop(2).await;
+    let err = get(&mut via0, path_ticket(&remote)).await.unwrap_err();
+    assert_eq!(status(err).code(), Code::Unavailable);
+    let text = scrape(cluster.node(0).metrics_addr).await;
+    assert_eq!(
+        value(
+            &text,
+            r#"flightcache_node_doget_seconds_count{outcome="error"}"#
+        ),
+        Some(1.0)
+    );
+    let unreachable = value(
+        &text,
+        r#"flightcache_node_peer_errors_total{peer="n-2",reason="unreachable"}"#,
+    )
+    .unwrap();
+    assert!(unreachable >= 1.0, "{text}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rebalance_is_counted_and_its_gauges_return_to_zero() {
+    let cluster = Cluster::start(3).await;
+    let mut client = cluster.client(1).await;
+    let before = scrape(cluster.node(1).metrics_addr).await;
+    assert_eq!(
+        value(&before, "flightcache_node_rebalance_in_progress"),
+        Some(0.0)
+    );
+    assert!(value(&before, r#"flightcache_node_rebalances_total{result="ok"}"#).is_none());
+    action(&mut client, "rebalance", b"").await.unwrap();
+    // A dry run is not a rebalance.
+    action(&mut client, "rebalance", br#"{"dryRun": true}"#)
+        .await
+        .unwrap();
+    let text = scrape(cluster.node(1).metrics_addr).await;
+    for (series, expected) in [
+        (r#"flightcache_node_rebalances_total{result="ok"}"#, 1.0),
+        ("flightcache_node_rebalance_in_progress", 0.0),
+        ("flightcache_node_rebalance_pending_entries", 0.0),
+    ] {
+        assert_eq!(value(&text, series), Some(expected), "{series}\n{text}");
+    }
+    cluster.shutdown().await;
+}
