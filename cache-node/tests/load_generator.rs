@@ -185,7 +185,11 @@ async fn a_warm_run_is_all_verified_hits() {
     // machine busy enough to stall the node for a 250 ms window gives one, which is an
     // observation the report must keep, not a fault of the generator.)
     let interval_gets: u64 = intervals.iter().map(|i| i["gets"].as_u64().unwrap()).sum();
-    assert_eq!(interval_gets, totals["gets"].as_u64().unwrap(), "{intervals:?}");
+    assert_eq!(
+        interval_gets,
+        totals["gets"].as_u64().unwrap(),
+        "{intervals:?}"
+    );
     // One stdout line per interval, plus the connect, warm and total lines.
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
