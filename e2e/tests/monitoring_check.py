@@ -191,6 +191,11 @@ def cmd_queries(args) -> int:
         bad = [r for r in results if r[4] or r[2] == 0 or r[3] > 0]
         if not bad or time.monotonic() >= deadline:
             break
+        # Say what is still awaited, so a slow run shows which query holds it up.
+        waited = args.timeout - (deadline - time.monotonic())
+        print(f"[{waited:5.0f}s] waiting for {len(bad)} of {len(results)}: "
+              + "; ".join(r[0] for r in bad[:6]) + (" ..." if len(bad) > 6 else ""),
+              file=sys.stderr, flush=True)
         time.sleep(5)
     for name, expr, count, non_finite, error in results:
         verdict = (
