@@ -28,98 +28,17 @@ use crate::routing::ring::MemberState;
 use crate::store::{EvictionPolicy, RemovalCause, Store, TtlMode};
 use crds::chain;
 
-/// An action this node offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeAction {
-    /// Liveness check.
-    Ping,
-    /// Remove one key.
-    Invalidate,
-    /// Remove every path key with a prefix.
-    InvalidatePrefix,
-    /// Remove everything.
-    Clear,
-    /// Counters and limits as JSON.
-    Stats,
-    /// Apply a live config document.
-    Configure,
-    /// The ring this node routes by.
-    Topology,
-    /// A fill lease for a missing key (miss coalescing).
-    Lease,
-    /// Hand entries this node no longer owns to their owners.
-    Rebalance,
-}
+/// An action this node offers: the contract's action type (`crds::admin`), so the node,
+/// the operator and the load generator name actions the same way.
+pub use crds::admin::AdminAction as NodeAction;
 
-impl NodeAction {
-    /// Every action, in ListActions order.
-    pub const ALL: [Self; 9] = [
-        Self::Ping,
-        Self::Invalidate,
-        Self::InvalidatePrefix,
-        Self::Clear,
-        Self::Stats,
-        Self::Configure,
-        Self::Topology,
-        Self::Lease,
-        Self::Rebalance,
-    ];
-
-    /// The action type string.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Ping => "ping",
-            Self::Invalidate => "invalidate",
-            Self::InvalidatePrefix => "invalidate-prefix",
-            Self::Clear => "clear",
-            Self::Stats => "stats",
-            Self::Configure => "configure",
-            Self::Topology => "topology",
-            Self::Lease => "lease",
-            Self::Rebalance => "rebalance",
-        }
-    }
-
-    /// ListActions description.
-    pub fn description(self) -> &'static str {
-        match self {
-            Self::Ping => "Answer 'pong'.",
-            Self::Invalidate => {
-                "Remove one entry. Body: a path key like 'reports/daily', or a ticket."
-            }
-            Self::InvalidatePrefix => {
-                "Remove every path entry starting with the body, e.g. 'reports/'."
-            }
-            Self::Clear => "Remove every entry.",
-            Self::Stats => "Return counters, limits and the config generation as JSON.",
-            Self::Configure => {
-                "Apply a node config JSON document with live fields (generation, maxEntries, \
-                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction, locationMode) and/or a ring topology."
-            }
-            Self::Topology => "Return this node's member id and the ring it routes by as JSON.",
-            Self::Lease => {
-                "Miss coalescing. Body: a key. The first caller gets a fill lease (run the query, \
-                 DoPut); later callers wait for that DoPut ('filled') or time out."
-            }
-            Self::Rebalance => {
-                "Hand every entry this node no longer owns under its ring to the key's owners, \
-                 hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
-                 \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
-                 \"copied\", \"copyFailed\", \"ringVersion\"}."
-            }
-        }
-    }
-
-    /// Looks up an action type.
-    ///
-    /// # Errors
-    /// [`Error::UnknownAction`].
-    pub fn parse(name: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|action| action.name() == name)
-            .ok_or_else(|| Error::UnknownAction(name.to_owned()))
-    }
+/// Looks up an action type.
+///
+/// # Errors
+/// [`Error::UnknownAction`].
+pub fn parse(name: &str) -> Result<NodeAction> {
+    name.parse()
+        .map_err(|admin::UnknownAction(name)| Error::UnknownAction(name))
 }
 
 /// Runs `action` with `body` and returns the result body.
@@ -134,7 +53,7 @@ pub fn run(
     routing: &RoutingTable,
 ) -> Result<Bytes> {
     let bad_body = |reason: &str| Error::BadActionBody {
-        action: action.name(),
+        action: action.as_str(),
         reason: reason.to_owned(),
     };
     match action {
@@ -216,7 +135,7 @@ pub fn run(
 /// [`Error::BadActionBody`] for a prefix that is empty or not UTF-8.
 pub fn remove_here(action: NodeAction, body: &Bytes, store: &Store) -> Result<u64> {
     let bad_body = |reason: &str| Error::BadActionBody {
-        action: action.name(),
+        action: action.as_str(),
         reason: reason.to_owned(),
     };
     if action == NodeAction::Clear {
@@ -237,7 +156,7 @@ pub fn remove_here(action: NodeAction, body: &Bytes, store: &Store) -> Result<u6
 /// [`Error::BadActionBody`] or [`Error::BadTicket`].
 pub fn key_from_body(action: NodeAction, body: &Bytes) -> Result<CacheKey> {
     let bad_body = |reason: &str| Error::BadActionBody {
-        action: action.name(),
+        action: action.as_str(),
         reason: reason.to_owned(),
     };
     if CacheTicket::looks_like_ticket(body) {

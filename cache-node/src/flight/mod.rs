@@ -502,7 +502,7 @@ impl FlightService for FlightCacheService {
         let timer = self.metrics.rpc("DoAction");
         let result = async {
             let (action, metadata) = (request.get_ref(), request.metadata());
-            let kind = actions::NodeAction::parse(&action.r#type)?;
+            let kind = actions::parse(&action.r#type)?;
             let body = match kind {
                 actions::NodeAction::Invalidate | actions::NodeAction::Lease => {
                     let key = actions::key_from_body(kind, &action.body)?;
@@ -564,7 +564,7 @@ impl FlightService for FlightCacheService {
         let timer = self.metrics.rpc("ListActions");
         let types = actions::NodeAction::ALL.into_iter().map(|action| {
             Ok(ActionType {
-                r#type: action.name().to_owned(),
+                r#type: action.as_str().to_owned(),
                 description: action.description().to_owned(),
             })
         });
