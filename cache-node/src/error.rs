@@ -159,6 +159,30 @@ impl Error {
     }
 }
 
+/// The most bytes of a status message a node sends. Messages quote client input (keys,
+/// action names, `app_metadata`, schemas); unbounded, a 20 KB key made the message
+/// exceed the clients' metadata limit, and they saw that error instead of the real code.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 1024;
+
+/// `message` cut to at most [`MAX_STATUS_MESSAGE_BYTES`] (at a character boundary),
+/// saying how much was cut.
+pub fn bounded_message(message: &str) -> String {
+    if message.len() <= MAX_STATUS_MESSAGE_BYTES {
+        return message.to_owned();
+    }
+    // Room for the suffix, so the result stays within the bound.
+    let mut end = MAX_STATUS_MESSAGE_BYTES - 48;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… (message cut: {} of {} bytes shown)",
+        &message[..end],
+        end,
+        message.len()
+    )
+}
+
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = err.code();
@@ -167,7 +191,7 @@ impl From<Error> for Status {
             // transport headers (content-type, date) are not passed on.
             return Self::with_details(
                 status.code(),
-                status.message(),
+                bounded_message(status.message()),
                 status.details().to_vec().into(),
             );
         }
@@ -175,8 +199,9 @@ impl From<Error> for Status {
             tracing::error!(error = %err, source = ?std::error::Error::source(&err), "flight request failed");
             return Self::internal("internal error");
         }
-        tracing::debug!(error = %err, ?code, "flight request refused");
-        Self::new(code, err.to_string())
+        let message = bounded_message(&err.to_string());
+        tracing::debug!(error = %message, ?code, "flight request refused");
+        Self::new(code, message)
     }
 }
 
@@ -208,6 +233,28 @@ mod tests {
         assert_eq!(status.code(), Code::NotFound);
         assert_eq!(status.message(), "path 'a' is not cached");
         assert!(status.metadata().is_empty());
+    }
+
+    #[test]
+    fn messages_quoting_client_input_are_bounded() {
+        let long_action = "x".repeat(100_000);
+        let full = Error::UnknownAction(long_action.clone()).to_string().len();
+        let status = Status::from(Error::UnknownAction(long_action));
+        assert_eq!(status.code(), Code::Unimplemented);
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status.message().starts_with("unknown action 'xxx"));
+        assert!(
+            status.message().ends_with(&format!("of {full} bytes shown)")),
+            "{}",
+            status.message()
+        );
+        // Multi-byte characters are never split.
+        let status = Status::from(Error::BadTicket("é".repeat(5_000)));
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        let forwarded = Status::from(Error::Forwarded(Status::not_found("k".repeat(50_000))));
+        assert!(forwarded.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        // Short messages are untouched.
+        assert_eq!(bounded_message("short"), "short");
     }
 
     #[test]

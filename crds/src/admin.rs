@@ -323,7 +323,7 @@ impl RebalanceRequest {
         if body.iter().all(u8::is_ascii_whitespace) {
             Ok(Self::default())
         } else {
-            serde_json::from_slice(body)
+            crate::from_json_object(body)
         }
     }
 }

@@ -24,6 +24,44 @@ pub mod quantity;
 
 pub use cachecluster::{CacheCluster, CacheClusterSpec, CacheClusterStatus};
 
+/// Reads a JSON body that must be an object into `T`. serde's derive also accepts a JSON
+/// array for a struct (its fields by position: `[9,null,null,2]`), which would bypass
+/// `deny_unknown_fields` and the names a person reads; request bodies and documents are
+/// objects only.
+///
+/// # Errors
+/// The serde error for invalid JSON, a value that is not an object, or an object that is
+/// not a `T`.
+pub fn from_json_object<T: serde::de::DeserializeOwned>(
+    text: &[u8],
+) -> Result<T, serde_json::Error> {
+    let value: serde_json::Value = serde_json::from_slice(text)?;
+    json_object_value(value)
+}
+
+/// [`from_json_object`] for an already parsed value.
+///
+/// # Errors
+/// As [`from_json_object`].
+pub fn json_object_value<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, serde_json::Error> {
+    if !value.is_object() {
+        let found = match value {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::Object(_) => "an object",
+        };
+        return Err(serde::de::Error::custom(format!(
+            "expected a JSON object, found {found}"
+        )));
+    }
+    serde_json::from_value(value)
+}
+
 /// An error and its sources on one line (`failed to apply: connection refused`), for
 /// logs, status messages and answers to clients that cannot walk `source()`.
 pub fn chain(err: &dyn std::error::Error) -> String {

@@ -335,13 +335,13 @@ impl NodeDocument {
         let topology = match value.as_object_mut().and_then(|o| o.remove("topology")) {
             None | Some(serde_json::Value::Null) => None,
             Some(raw) => {
-                let topology: Topology = serde_json::from_value(raw)
+                let topology: Topology = crate::json_object_value(raw)
                     .map_err(|err| NodeConfigError::Topology(err.to_string()))?;
                 topology.validate()?;
                 Some(topology)
             }
         };
-        let config = serde_json::from_value(value).map_err(NodeConfigError::Syntax)?;
+        let config = crate::json_object_value(value).map_err(NodeConfigError::Syntax)?;
         Ok(Self { config, topology })
     }
 
@@ -390,7 +390,7 @@ impl NodeConfig {
     /// # Errors
     /// [`NodeConfigError::Syntax`] naming the offending field or position.
     pub fn from_json(text: &str) -> Result<Self, NodeConfigError> {
-        serde_json::from_str(text).map_err(NodeConfigError::Syntax)
+        crate::from_json_object(text.as_bytes()).map_err(NodeConfigError::Syntax)
     }
 
     /// Serialises the document as pretty JSON, the way the operator writes it.
@@ -575,5 +575,22 @@ mod tests {
         ));
         let live = NodeConfig::from_json(r#"{"ttl": "5m", "maxEntries": 9}"#).unwrap();
         assert!(live.ensure_live_only().is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any text as a `configure` body or config file: a document or an error, never
+        /// a panic; and only a JSON object is ever accepted.
+        #[test]
+        fn any_text_is_a_document_or_an_error(
+            text in r#"[\[\]{}",:0-9a-zA-Z .-]{0,80}"#,
+        ) {
+            if NodeDocument::from_json(&text).is_ok() {
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+                proptest::prop_assert!(value.is_object(), "{text}");
+            }
+            let _ = NodeConfig::from_json(&text);
+        }
     }
 }

@@ -33,7 +33,7 @@ use tonic::Streaming;
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
 use crate::store::{self, Lifetime, SealedBatch, SealedEntry, SealedSchema, Store, batch_weight};
-use crate::wire::seal::{Intake, Received};
+use crate::wire::seal::{Intake, IntakeError, Received};
 
 /// Options a client may send in the first message's `app_metadata`.
 #[derive(Debug, Default, Deserialize)]
@@ -65,7 +65,7 @@ fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
     if app_metadata.is_empty() {
         return Ok(None);
     }
-    let options: PutOptions = serde_json::from_slice(app_metadata)
+    let options: PutOptions = crds::from_json_object(app_metadata)
         .map_err(|err| Error::BadPutOptions(err.to_string()))?;
     let Some(ttl) = options.ttl else {
         return Ok(None);
@@ -149,7 +149,7 @@ pub async fn ingest(
         // A message without an IPC header carries only a descriptor or app_metadata.
         .try_filter(|message| futures::future::ready(!message.data_header.is_empty()));
 
-    let mut intake = Intake::default();
+    let mut intake = Intake::new(max_entry_bytes);
     let mut batches: Vec<SealedBatch> = Vec::new();
     let mut rows = 0u64;
     while let Some(message) = messages.next().await {
@@ -171,9 +171,22 @@ pub async fn ingest(
         pending
             .reserve_transient(received)
             .map_err(store_error(&key))?;
-        let outcome = intake
-            .receive(&message)
-            .map_err(|err| Error::BadPutStream(format!("message {}: {err}", batches.len())))?;
+        let outcome = match intake.receive(&message) {
+            Ok(outcome) => outcome,
+            Err(IntakeError::HydratesTooLarge { size }) => {
+                pending.reject();
+                return Err(Error::EntryTooLarge {
+                    size,
+                    max: max_entry_bytes,
+                });
+            }
+            Err(IntakeError::Arrow(err)) => {
+                return Err(Error::BadPutStream(format!(
+                    "message {}: {err}",
+                    batches.len()
+                )));
+            }
+        };
         drop(message);
         match outcome {
             Received::Dictionary => {}

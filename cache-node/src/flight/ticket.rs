@@ -107,4 +107,36 @@ mod tests {
             assert!(err.to_string().contains(expected), "{bytes:?}: {err}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any bytes, with or without the ticket prefix: a ticket or a reason, never a
+        /// panic; a decoded ticket encodes back to the same bytes.
+        #[test]
+        fn any_bytes_decode_to_a_ticket_or_a_reason(
+            prefixed in proptest::prelude::any::<bool>(),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let bytes = if prefixed { [&b"FCT\x01"[..], &tail].concat() } else { tail };
+            if let Ok(ticket) = CacheTicket::try_decode(&Bytes::from(bytes.clone())) {
+                proptest::prop_assert_eq!(&ticket.encode()[..], &bytes[..]);
+            }
+        }
+
+        /// Any descriptor (path segments, command bytes): a key or a reason, never a panic.
+        #[test]
+        fn any_descriptor_gives_a_key_or_a_reason(
+            command in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            path in proptest::collection::vec(".{0,12}", 0..4),
+            is_command in proptest::prelude::any::<bool>(),
+        ) {
+            let descriptor = if is_command {
+                arrow_flight::FlightDescriptor::new_cmd(command)
+            } else {
+                arrow_flight::FlightDescriptor::new_path(path)
+            };
+            let _ = CacheKey::from_descriptor(&descriptor);
+        }
+    }
 }

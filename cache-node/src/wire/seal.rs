@@ -17,7 +17,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_flight::FlightData;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -50,6 +51,33 @@ const BODY_ALIGNMENT: usize = 16;
 /// Protobuf field numbers of `arrow.flight.protocol.FlightData`.
 const DATA_HEADER_FIELD: u64 = 2;
 const DATA_BODY_FIELD: u64 = 1000;
+
+/// Checks, before arrow slices anything, that every buffer a record batch (or the data of
+/// a dictionary batch) declares lies inside its `body_len`-byte body. arrow-ipc slices
+/// the body with the declared offsets and lengths as they are, and panics on a body
+/// shorter than its header says (an untrusted DoPut could reset the stream that way).
+fn check_buffers_within_body(
+    header: &arrow_ipc::RecordBatch<'_>,
+    body_len: usize,
+) -> Result<(), ArrowError> {
+    let Some(buffers) = header.buffers() else {
+        return Ok(());
+    };
+    for (index, buffer) in buffers.iter().enumerate() {
+        let (offset, length) = (buffer.offset(), buffer.length());
+        let end = offset.checked_add(length);
+        let inside = offset >= 0
+            && length >= 0
+            && end.is_some_and(|end| usize::try_from(end).is_ok_and(|end| end <= body_len));
+        if !inside {
+            return Err(ArrowError::IpcError(format!(
+                "buffer {index} of the message (offset {offset}, length {length}) lies outside \
+                 its {body_len}-byte body"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// Builds the gRPC frame of a stored message and turns it back into `FlightData`.
 impl WireMessage {
@@ -210,6 +238,7 @@ impl SealedSchema {
         let header = ipc
             .header_as_record_batch()
             .ok_or_else(|| ArrowError::IpcError("the message is not a record batch".into()))?;
+        check_buffers_within_body(&header, body.len())?;
         let batch = reader::read_record_batch(
             &Buffer::from(body),
             header,
@@ -236,19 +265,98 @@ pub enum Received {
     Batches(Vec<SealedBatch>),
 }
 
+/// Why [`Intake::receive`] refused a message.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// The message is not valid Arrow IPC for the entry.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    /// Hydrating the entry's dictionary columns would exceed the intake's limit.
+    #[error("its dictionary columns expand to {size} bytes once hydrated")]
+    HydratesTooLarge {
+        /// Bytes of the hydrated batches so far, this one included.
+        size: u64,
+    },
+}
+
+/// Bytes the dictionary columns of `batch` take once hydrated (every key replaced by
+/// its value), computed from the keys without hydrating. A small message can carry a
+/// large value and many keys to it: sealing would allocate keys × value bytes.
+fn hydrated_dictionary_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|column| hydrated_bytes(column.as_ref()))
+        .fold(0, u64::saturating_add)
+}
+
+fn hydrated_bytes(array: &dyn Array) -> u64 {
+    let Some(dictionary) = array.as_any_dictionary_opt() else {
+        return 0;
+    };
+    let values = dictionary.values();
+    let value_bytes: Box<dyn Fn(usize) -> u64> =
+        if let Some(strings) = values.as_string_opt::<i32>() {
+            Box::new(move |i| strings.value_length(i).unsigned_abs().into())
+        } else if let Some(strings) = values.as_string_opt::<i64>() {
+            Box::new(move |i| strings.value_length(i).unsigned_abs())
+        } else if let Some(bytes) = values.as_binary_opt::<i32>() {
+            Box::new(move |i| bytes.value_length(i).unsigned_abs().into())
+        } else if let Some(bytes) = values.as_binary_opt::<i64>() {
+            Box::new(move |i| bytes.value_length(i).unsigned_abs())
+        } else if let Some(strings) = values.as_string_view_opt() {
+            Box::new(move |i| strings.value(i).len() as u64)
+        } else if let Some(bytes) = values.as_binary_view_opt() {
+            Box::new(move |i| bytes.value(i).len() as u64)
+        } else {
+            // Fixed-width values, or nested ones: their average size.
+            let each = values
+                .data_type()
+                .primitive_width()
+                .map(|width| width as u64)
+                .unwrap_or_else(|| {
+                    (values.get_array_memory_size() as u64).div_ceil(values.len().max(1) as u64)
+                });
+            Box::new(move |_| each)
+        };
+    // Plus an offset per row for the hydrated column.
+    let per_row_overhead = 8;
+    dictionary
+        .normalized_keys()
+        .into_iter()
+        .filter(|key| *key < values.len())
+        .map(|key| value_bytes(key) + per_row_overhead)
+        .fold(0, u64::saturating_add)
+}
+
 /// Turns the IPC messages of a DoPut into sealed batches, one message at a time.
 ///
 /// A plain record batch is adopted as it came (one copy, no encoding); anything else
 /// (dictionaries, compression, an oversized message) is decoded without copying from
 /// its receive buffer and sealed. Either way the receive buffer can be dropped as soon
 /// as [`receive`](Self::receive) returns.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Intake {
     schema: Option<SealedSchema>,
     dictionaries: HashMap<i64, ArrayRef>,
+    /// Most bytes the hydrated dictionary columns of the whole put may take.
+    hydration_limit: u64,
+    /// Bytes hydrated so far.
+    hydrated: u64,
 }
 
 impl Intake {
+    /// An intake for one put, whose dictionary columns may expand to at most
+    /// `hydration_limit` bytes in all (the entry size limit: more could never be stored).
+    pub fn new(hydration_limit: u64) -> Self {
+        Self {
+            schema: None,
+            dictionaries: HashMap::new(),
+            hydration_limit,
+            hydrated: 0,
+        }
+    }
+
     /// The entry's schema, once a schema message has been accepted.
     pub fn schema(&self) -> Option<&SealedSchema> {
         self.schema.as_ref()
@@ -268,8 +376,9 @@ impl Intake {
     ///
     /// # Errors
     /// The Arrow error for an unreadable message, a batch or dictionary before the
-    /// schema, or a batch that does not decode against the schema.
-    pub fn receive(&mut self, message: &FlightData) -> Result<Received, ArrowError> {
+    /// schema, or a batch that does not decode against the schema;
+    /// [`IntakeError::HydratesTooLarge`] before hydrating dictionaries past the limit.
+    pub fn receive(&mut self, message: &FlightData) -> Result<Received, IntakeError> {
         let ipc = root_as_message(&message.data_header)
             .map_err(|err| ArrowError::IpcError(format!("unreadable IPC message header: {err}")))?;
         let before_schema =
@@ -287,6 +396,10 @@ impl Intake {
                 let dictionary = ipc.header_as_dictionary_batch().ok_or_else(|| {
                     ArrowError::IpcError("unreadable dictionary batch header".into())
                 })?;
+                let data = dictionary.data().ok_or_else(|| {
+                    ArrowError::IpcError("a dictionary batch without data".into())
+                })?;
+                check_buffers_within_body(&data, message.data_body.len())?;
                 reader::read_dictionary(
                     &Buffer::from(message.data_body.clone()),
                     dictionary,
@@ -307,6 +420,7 @@ impl Intake {
                 let header = ipc
                     .header_as_record_batch()
                     .ok_or_else(|| ArrowError::IpcError("unreadable record batch header".into()))?;
+                check_buffers_within_body(&header, message.data_body.len())?;
                 let batch = reader::read_record_batch(
                     &Buffer::from(message.data_body.clone()),
                     header,
@@ -315,11 +429,20 @@ impl Intake {
                     None,
                     &ipc.version(),
                 )?;
+                let expanded = hydrated_dictionary_bytes(&batch);
+                if expanded > 0 {
+                    let size = self.hydrated.saturating_add(expanded);
+                    if size > self.hydration_limit {
+                        return Err(IntakeError::HydratesTooLarge { size });
+                    }
+                    self.hydrated = size;
+                }
                 Ok(Received::Batches(schema.seal(&batch)?))
             }
             other => Err(ArrowError::IpcError(format!(
                 "unsupported IPC message type {other:?} in a put"
-            ))),
+            ))
+            .into()),
         }
     }
 }
@@ -602,5 +725,101 @@ mod tests {
         let other: ArrayRef = Arc::new(Int64Array::from(vec![1]));
         let other = RecordBatch::try_from_iter([("x", other)]).unwrap();
         assert!(sealed_schema.seal(&other).is_err());
+    }
+
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// A put's messages (schema, dictionary, batch) for a batch with a plain, a string
+        /// and a dictionary column: the shapes the intake decodes.
+        fn valid_messages() -> Vec<FlightData> {
+            let dictionary: DictionaryArray<Int32Type> =
+                vec!["red", "green", "red", "blue"].into_iter().collect();
+            let batch = RecordBatch::try_from_iter([
+                (
+                    "id",
+                    Arc::new(Int64Array::from(vec![1, 2, 3, 4])) as ArrayRef,
+                ),
+                (
+                    "name",
+                    Arc::new(StringArray::from(vec!["a", "bb", "ccc", "dddd"])) as ArrayRef,
+                ),
+                ("tag", Arc::new(dictionary) as ArrayRef),
+            ])
+            .unwrap();
+            let source = futures::stream::iter([Ok(batch)]).boxed();
+            drain(
+                FlightDataEncoderBuilder::new()
+                    .with_dictionary_handling(arrow_flight::encode::DictionaryHandling::Resend)
+                    .build(source),
+            )
+            .unwrap()
+        }
+
+        #[derive(Debug, Clone)]
+        enum Mutation {
+            Truncate(usize),
+            SetByte(usize, u8),
+            Append(Vec<u8>),
+        }
+
+        fn mutation() -> impl Strategy<Value = Mutation> {
+            prop_oneof![
+                any::<usize>().prop_map(Mutation::Truncate),
+                (any::<usize>(), any::<u8>()).prop_map(|(at, value)| Mutation::SetByte(at, value)),
+                proptest::collection::vec(any::<u8>(), 1..64).prop_map(Mutation::Append),
+            ]
+        }
+
+        fn mutate(bytes: &Bytes, mutation: &Mutation) -> Bytes {
+            let mut bytes = bytes.to_vec();
+            match mutation {
+                Mutation::Truncate(at) => bytes.truncate(at % (bytes.len() + 1)),
+                Mutation::SetByte(at, value) if !bytes.is_empty() => {
+                    let at = at % bytes.len();
+                    bytes[at] = *value;
+                }
+                Mutation::SetByte(..) => {}
+                Mutation::Append(tail) => bytes.extend_from_slice(tail),
+            }
+            Bytes::from(bytes)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Whatever a client does to the header or the body of any message after the
+            /// schema, the intake answers Ok or an error: it never panics, and never
+            /// hydrates past its limit.
+            #[test]
+            fn mutated_put_messages_never_panic_the_intake(
+                target in 1usize..3,
+                in_header in any::<bool>(),
+                mutations in proptest::collection::vec(mutation(), 1..4),
+            ) {
+                let mut messages = valid_messages();
+                prop_assert_eq!(messages.len(), 3);
+                let target = &mut messages[target];
+                for mutation in &mutations {
+                    if in_header {
+                        target.data_header = mutate(&target.data_header, mutation);
+                    } else {
+                        target.data_body = mutate(&target.data_body, mutation);
+                    }
+                }
+                let mut intake = Intake::new(1 << 20);
+                for message in &messages {
+                    match intake.receive(message) {
+                        Ok(Received::Schema(schema)) if intake.schema().is_none() => {
+                            intake.set_schema(SealedSchema::new(Arc::new(schema)).unwrap());
+                        }
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
     }
 }
