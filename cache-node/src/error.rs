@@ -244,7 +244,9 @@ mod tests {
         assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
         assert!(status.message().starts_with("unknown action 'xxx"));
         assert!(
-            status.message().ends_with(&format!("of {full} bytes shown)")),
+            status
+                .message()
+                .ends_with(&format!("of {full} bytes shown)")),
             "{}",
             status.message()
         );

@@ -28,6 +28,7 @@ use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
 use crate::wire::intake::IntakeLayer;
+use crate::wire::limits::RequestLimitLayer;
 use crate::wire::relay::{DoGetRelay, RelayNode};
 use crds::chain;
 use crds::node_config::NodeDocument;
@@ -94,6 +95,22 @@ impl RunningNode {
         result
     }
 }
+
+/// Most streams (calls) one client connection may have open at once; further calls wait
+/// on the client side (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`).
+pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+
+/// How often an idle HTTP/2 connection is pinged, and how long the node waits for the
+/// answer before it closes the connection.
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// See [`HTTP2_KEEPALIVE_INTERVAL`].
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TCP keepalive on accepted connections (finds peers that vanished without a FIN).
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// Most bytes of a request's headers (the token, the internal headers, grpc-timeout).
+pub const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 
 /// Binds the listeners and starts every task of a node, its store reading time from
 /// `clock` (the system clock in production, a manual one in tests).
@@ -162,6 +179,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
     let flight_service = IntakeLayer::new(flight_service, Arc::clone(&store));
     let flight_service = DoGetRelay::new(flight_service, relay_node);
+    // Request bodies of every method but DoPut are small; bounded before they are read.
+    let flight_service = RequestLimitLayer::new(flight_service);
     // Outermost: no call reaches the relay, the intake or the service unauthenticated.
     let flight_service = AuthLayer::new(flight_service, auth, Arc::clone(&metrics));
 
@@ -177,13 +196,22 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         };
         // Nagle's algorithm would hold small answers back ~40 ms waiting for an ACK; the
         // builder's `tcp_nodelay` only applies to addresses tonic binds itself.
-        let incoming = TcpIncoming::from(flight_listener).with_nodelay(Some(true));
+        let incoming = TcpIncoming::from(flight_listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(TCP_KEEPALIVE));
         // Larger HTTP/2 windows and frames let a multi-megabyte put arrive without a
-        // window-update round trip every 64 KiB.
+        // window-update round trip every 64 KiB. The stream cap bounds what one
+        // connection can hold open (one connection opening 100,000 streams used to cost
+        // ~437 MiB); keepalive pings find dead peers; the header list bound keeps a
+        // request's metadata small.
         let serve = tonic::transport::Server::builder()
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(8 << 20)
             .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
+            .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+            .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+            .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
             .add_service(health_service)
             .add_service(flight_service)
             .serve_with_incoming_shutdown(incoming, shutdown_requested);

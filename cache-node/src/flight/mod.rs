@@ -56,6 +56,9 @@ pub const MAX_FLIGHT_DATA_BYTES: usize = crate::wire::seal::MAX_MESSAGE_BODY_BYT
 /// How long a Handshake waits for the client to finish sending after the reply.
 const HANDSHAKE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a Handshake waits for its first message.
+pub const HANDSHAKE_FIRST_MESSAGE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The Flight service of one cache node.
 #[derive(Debug, Clone)]
 pub struct FlightCacheService {
@@ -246,7 +249,25 @@ impl FlightService for FlightCacheService {
         let timer = self.metrics.rpc("Handshake");
         let metadata = request.metadata().clone();
         let mut input = request.into_inner();
-        let first = input.message().await.ok().flatten().unwrap_or_default();
+        // The first message (it may carry the token) within a deadline: a Handshake runs
+        // before authentication, and an open one must not wait forever.
+        let first = match tokio::time::timeout(HANDSHAKE_FIRST_MESSAGE, input.message()).await {
+            // A body error (e.g. the Handshake size limit) is the call's answer.
+            Ok(message) => match message {
+                Ok(message) => message.unwrap_or_default(),
+                Err(status) => {
+                    timer.finish(status.code());
+                    return Err(status);
+                }
+            },
+            Err(_) => {
+                timer.finish(tonic::Code::DeadlineExceeded);
+                return Err(Status::deadline_exceeded(format!(
+                    "no HandshakeRequest within {} s",
+                    HANDSHAKE_FIRST_MESSAGE.as_secs()
+                )));
+            }
+        };
         let result = self
             .auth
             .handshake(&metadata, &first.payload)

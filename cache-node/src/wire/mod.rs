@@ -4,6 +4,8 @@
 //!   (protobuf tags, gRPC prefixes); the store keeps them opaque.
 //! - [`intake`]: a tower layer in front of DoPut that reserves each message's bytes in
 //!   the budget as soon as its gRPC prefix announces its length.
+//! - [`limits`]: a tower layer that bounds the request bytes of every Flight method but
+//!   DoPut (small for unary calls and for the unauthenticated Handshake).
 //! - [`relay`]: a tower layer in front of DoGet that answers a local hit with the stored
 //!   frames and relays a forwarded DoGet frame by frame.
 //!
@@ -11,5 +13,6 @@
 //! (`server.rs`) and uses [`seal`] through the store's sealed types.
 
 pub mod intake;
+pub mod limits;
 pub mod relay;
 pub mod seal;
