@@ -302,6 +302,10 @@ pub fn read_topology_file(path: &std::path::Path) -> Result<Topology, ConfigErro
     })
 }
 
+/// The longest TTL of a pool or of one entry (the CRD's bound on `ttl`): an entry that
+/// outlives its writers' intent pins its bytes, and an absurd TTL is a typo.
+pub const MAX_TTL: Duration = Duration::from_secs(720 * 3600);
+
 /// Checks the store limits with messages that name the flag / field.
 ///
 /// # Errors
@@ -332,10 +336,13 @@ pub fn validate_store(store: &StoreConfig) -> Result<(), ConfigError> {
             ),
         });
     }
-    if store.ttl.is_zero() {
+    if store.ttl.is_zero() || store.ttl > MAX_TTL {
         return Err(ConfigError::Invalid {
             field: "ttl",
-            reason: "must be longer than 0s".into(),
+            reason: format!(
+                "must be longer than 0s and at most {}h (30 days, as the CRD allows)",
+                MAX_TTL.as_secs() / 3600
+            ),
         });
     }
     Ok(())

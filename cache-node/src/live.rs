@@ -26,6 +26,33 @@ use crate::error::{Error, Result};
 use crate::routing::members::RoutingTable;
 use crate::store::{Store, StoreConfig};
 
+/// Refuses a `budget` the pod's memory `limit` (if any) cannot hold with the node's
+/// baseline on top.
+///
+/// # Errors
+/// [`Error::ConfigRejected`] saying the largest budget that fits.
+pub fn budget_fits(budget: u64, limit: Option<u64>) -> Result<()> {
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    let ceiling = limit.saturating_sub(NODE_BASELINE_BYTES);
+    if budget <= ceiling {
+        return Ok(());
+    }
+    Err(Error::ConfigRejected(format!(
+        "memoryBudget {} is more than this pod can hold: its memory limit is {}, so the budget \
+         may be at most {} (the limit less {} for the node itself)",
+        format_bytes(budget),
+        format_bytes(limit),
+        format_bytes(ceiling),
+        format_bytes(NODE_BASELINE_BYTES)
+    )))
+}
+
+/// Memory a node uses besides its budget (runtime, connections, transient copies), kept
+/// free below the cgroup limit when a `configure` sets the budget.
+pub const NODE_BASELINE_BYTES: u64 = 32 << 20;
+
 /// The running configuration generation and store settings.
 #[derive(Debug)]
 pub struct LiveConfig {
@@ -105,6 +132,10 @@ impl LiveConfig {
             .memory_budget_bytes()
             .map_err(|e| rejected(&chain(&e)))?;
         if let Some(budget) = budget {
+            // A budget the pod cannot hold would get it OOM-killed: at most the cgroup
+            // limit less the node's own baseline (the operator asks for 80% of the limit
+            // less 48 MiB).
+            budget_fits(budget, crate::cgroup::memory_limit_bytes())?;
             next.budget_bytes = budget;
         }
         if let Some(max_entry) = doc
@@ -192,4 +223,25 @@ pub fn apply_document(
         expired: applied.expired,
         ring_version: routing.version(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_must_fit_the_pods_memory_limit() {
+        assert!(
+            budget_fits(u64::MAX, None).is_ok(),
+            "no cgroup limit: no ceiling"
+        );
+        assert!(budget_fits(96 << 20, Some(128 << 20)).is_ok());
+        let err = budget_fits(100 << 20, Some(128 << 20)).unwrap_err();
+        assert!(err.to_string().contains("may be at most 96MiB"), "{err}");
+        // The operator's budget (80% of the limit less 48 MiB) always fits.
+        for limit in [64u64 << 20, 192 << 20, 2 << 30, 1 << 40] {
+            let operator_budget = (limit - (48 << 20)) / 100 * 80;
+            assert!(budget_fits(operator_budget, Some(limit)).is_ok(), "{limit}");
+        }
+    }
 }

@@ -240,3 +240,52 @@ async fn configure_takes_a_json_object_only() {
     assert_ne!(stats(&mut client).await["maxEntries"], 2);
     node.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn ttls_past_thirty_days_and_oversized_rings_are_refused() {
+    let node = start_node(&[]).await;
+    let mut client = client(&node).await;
+    // One entry's TTL, in the put's app_metadata.
+    let err = put(
+        &mut client,
+        path("forever"),
+        vec![sample_batch(3, 0)],
+        Some(r#"{"ttl": "721h"}"#),
+    )
+    .await
+    .unwrap_err();
+    let refused = status(err);
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains("at most 720h"),
+        "{}",
+        refused.message()
+    );
+    // The pool's TTL, through configure.
+    let err = action(&mut client, "configure", br#"{"ttl": "721h"}"#)
+        .await
+        .unwrap_err();
+    let refused = status(err);
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains("at most 720h"),
+        "{}",
+        refused.message()
+    );
+    // A ring of 10,000 members.
+    let members: Vec<serde_json::Value> = (0..10_000)
+        .map(|i| serde_json::json!({"id": format!("m{i}"), "address": format!("10.0.0.1:{}", 1000 + i % 60000)}))
+        .collect();
+    let body = serde_json::json!({"topology": {"version": 9, "members": members}}).to_string();
+    let err = action(&mut client, "configure", body.as_bytes())
+        .await
+        .unwrap_err();
+    let refused = status(err);
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains("a ring has at most 512"),
+        "{}",
+        refused.message()
+    );
+    node.shutdown().await.unwrap();
+}

@@ -262,6 +262,11 @@ fn is_one_replica(replicas: &u8) -> bool {
     *replicas == 1
 }
 
+/// Most members a topology may list: a pool has at most 256 shards, and a ring change
+/// lists the leaving and the joining members together. A forged ring cannot make a
+/// node hash every key over 10,000 members.
+pub const MAX_RING_MEMBERS: usize = 512;
+
 impl Topology {
     /// Parses a topology JSON document (the `--topology` file) and validates it.
     ///
@@ -285,6 +290,12 @@ impl Topology {
         }
         if !(1..=2).contains(&self.replicas) {
             return bad(format!("replicas must be 1 or 2, not {}", self.replicas));
+        }
+        if self.members.len() > MAX_RING_MEMBERS {
+            return bad(format!(
+                "{} members; a ring has at most {MAX_RING_MEMBERS} (a pool at most 256 shards)",
+                self.members.len()
+            ));
         }
         let mut seen = std::collections::BTreeSet::new();
         for member in &self.members {

@@ -72,8 +72,11 @@ fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
     };
     let ttl = crds::quantity::parse_duration(&ttl)
         .map_err(|err| Error::BadPutOptions(format!("ttl: {err}")))?;
-    if ttl.is_zero() {
-        return Err(Error::BadPutOptions("ttl must be longer than 0s".into()));
+    if ttl.is_zero() || ttl > crate::config::MAX_TTL {
+        return Err(Error::BadPutOptions(format!(
+            "ttl must be longer than 0s and at most {}h",
+            crate::config::MAX_TTL.as_secs() / 3600
+        )));
     }
     Ok(Some(ttl))
 }
