@@ -10,7 +10,9 @@
 //!   ConfigMap, read by `flightcache-node --config`), and the body of the
 //!   `configure` action.
 //! - [`quantity`]: byte sizes and durations as users write them (`512MiB`, `64Mi`, `1h`).
-//! - [`generate`]: renders the CRD YAML and `docs/crd-reference.md` (the `crdgen` binary).
+//! - `generate` (feature `generate`, on by default): renders the CRD YAML and
+//!   `docs/crd-reference.md` (the `crdgen` binary). The node and the operator build
+//!   without it.
 //!
 //! This crate carries kube (derive only), k8s-openapi, schemars and serde, so neither
 //! binary pulls in the other's dependencies.
@@ -18,6 +20,7 @@
 pub mod admin;
 pub mod cachecluster;
 pub mod conditions;
+#[cfg(feature = "generate")]
 pub mod generate;
 pub mod node_config;
 pub mod quantity;
