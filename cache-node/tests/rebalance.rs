@@ -43,7 +43,7 @@ async fn put_rebalanced_keys(client: &mut FlightClient, count: usize) -> Vec<Str
 
 fn store_keys(node: &RunningNode) -> Vec<String> {
     node.store
-        .list(b"")
+        .list(b"", usize::MAX)
         .into_iter()
         .map(|(key, _)| String::from_utf8(key[1..].to_vec()).unwrap())
         .collect()

@@ -289,3 +289,30 @@ async fn ttls_past_thirty_days_and_oversized_rings_are_refused() {
     );
     node.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn list_flights_answers_at_most_its_cap_the_first_keys_first() {
+    let node = start_node(&["--max-entries", "20000"]).await;
+    let cap = cache_node::flight::MAX_LISTED_FLIGHTS;
+    let batch = sample_batch(1, 0);
+    for i in 0..=cap {
+        let key = cache_node::key::CacheKey::Path(format!("k/{i:06}"));
+        node.store
+            .begin_put(key.to_store_bytes())
+            .commit(batch.schema(), vec![batch.clone()], None)
+            .unwrap();
+    }
+    assert_eq!(node.store.stats().entries as usize, cap + 1);
+    let mut client = client(&node).await;
+    let listed: Vec<_> = client
+        .list_flights(bytes::Bytes::new())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), cap, "one entry over the cap is left out");
+    let first = listed[0].flight_descriptor.as_ref().unwrap().path.join("/");
+    assert_eq!(first, "k/000000");
+    node.shutdown().await.unwrap();
+}

@@ -37,12 +37,28 @@ struct Held {
     filled: Arc<Notify>,
 }
 
+/// Most leases a node holds at once. A client that leases keys it never fills cannot
+/// grow the table without bound: expired leases are swept when it is full (at most once
+/// per [`SWEEP_INTERVAL`]), and past the cap a caller is granted without a recorded
+/// lease (it computes the value, as without coalescing).
+pub const MAX_HELD_LEASES: usize = 65_536;
+
+/// Least time between two sweeps of a full lease table.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The fill leases of one node.
 #[derive(Debug)]
 pub struct Leases {
-    held: Mutex<HashMap<Bytes, Held>>,
+    held: Mutex<Table>,
     lease: Duration,
     wait: Duration,
+    max_held: usize,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    leases: HashMap<Bytes, Held>,
+    last_sweep: Option<Instant>,
 }
 
 impl Default for Leases {
@@ -54,11 +70,22 @@ impl Default for Leases {
 impl Leases {
     /// Leases lasting `lease`, callers waiting up to `wait`.
     pub fn new(lease: Duration, wait: Duration) -> Self {
+        Self::with_max_held(lease, wait, MAX_HELD_LEASES)
+    }
+
+    /// As [`new`](Self::new), holding at most `max_held` leases.
+    pub fn with_max_held(lease: Duration, wait: Duration, max_held: usize) -> Self {
         Self {
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(Table::default()),
             lease,
             wait,
+            max_held,
         }
+    }
+
+    /// How many leases are recorded (expired ones included until swept).
+    pub fn held(&self) -> usize {
+        self.held.lock().leases.len()
     }
 
     /// Grants the lease on `key` (store bytes), or waits for the holder's DoPut.
@@ -75,17 +102,19 @@ impl Leases {
             }
             let now = Instant::now();
             let (filled, until) = {
-                let mut held = self.held.lock();
-                match held.get(key) {
+                let mut table = self.held.lock();
+                match table.leases.get(key) {
                     Some(lease) if lease.until > now => (Arc::clone(&lease.filled), lease.until),
                     _ => {
-                        held.insert(
-                            key.clone(),
-                            Held {
-                                until: now + self.lease,
-                                filled: Arc::new(Notify::new()),
-                            },
-                        );
+                        if table.room_for(key, now, self.max_held) {
+                            table.leases.insert(
+                                key.clone(),
+                                Held {
+                                    until: now + self.lease,
+                                    filled: Arc::new(Notify::new()),
+                                },
+                            );
+                        }
                         return LeaseOutcome::Granted {
                             lease_ms: u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
                         };
@@ -111,10 +140,29 @@ impl Leases {
 
     /// Ends the lease on `key` (its DoPut finished, stored or not) and wakes the waiters.
     pub fn release(&self, key: &Bytes) {
-        let lease = self.held.lock().remove(key);
+        let lease = self.held.lock().leases.remove(key);
         if let Some(lease) = lease {
             lease.filled.notify_waiters();
         }
+    }
+}
+
+impl Table {
+    /// Whether a lease on `key` can be recorded: the key is already there (expired), or
+    /// the table has room, after sweeping expired leases if it is full and the last
+    /// sweep is older than [`SWEEP_INTERVAL`].
+    fn room_for(&mut self, key: &Bytes, now: Instant, max_held: usize) -> bool {
+        if self.leases.len() < max_held || self.leases.contains_key(key) {
+            return true;
+        }
+        if self
+            .last_sweep
+            .is_none_or(|last| now >= last + SWEEP_INTERVAL)
+        {
+            self.last_sweep = Some(now);
+            self.leases.retain(|_, lease| lease.until > now);
+        }
+        self.leases.len() < max_held
     }
 }
 
@@ -198,6 +246,44 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&LeaseOutcome::Granted { lease_ms: 5 }).unwrap(),
             r#"{"lease":"granted","leaseMs":5}"#
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_table_is_bounded_and_expired_leases_are_swept() {
+        let store = store();
+        let leases = Leases::with_max_held(Duration::from_secs(10), Duration::from_secs(1), 3);
+        for i in 0..3 {
+            let key = Bytes::from(format!("k{i}"));
+            assert!(matches!(
+                leases.acquire(&key, &store).await,
+                LeaseOutcome::Granted { .. }
+            ));
+        }
+        assert_eq!(leases.held(), 3);
+        // Full with live leases: the caller is granted, nothing is recorded, so a second
+        // caller for that key is granted too instead of waiting.
+        let extra = Bytes::from_static(b"extra");
+        assert!(matches!(
+            leases.acquire(&extra, &store).await,
+            LeaseOutcome::Granted { .. }
+        ));
+        assert!(matches!(
+            leases.acquire(&extra, &store).await,
+            LeaseOutcome::Granted { .. }
+        ));
+        assert_eq!(leases.held(), 3);
+        // Once the leases expired, the next new key sweeps them and is recorded.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(matches!(
+            leases.acquire(&extra, &store).await,
+            LeaseOutcome::Granted { .. }
+        ));
+        assert_eq!(leases.held(), 1);
+        assert_eq!(
+            leases.acquire(&extra, &store).await,
+            LeaseOutcome::Timeout,
+            "the recorded lease makes the next caller wait"
         );
     }
 }

@@ -14,11 +14,17 @@ use crate::error::Error;
 use crate::key::CacheKey;
 use crate::routing::ring::MemberState;
 
+/// Most FlightInfos one ListFlights answers: the first by key (of the node, and of the
+/// pool after merging; each member lists at most as many, so the merge is exact). A
+/// listing of a whole large pool would be built in memory on every node it touches;
+/// a prefix in the criteria narrows it.
+pub const MAX_LISTED_FLIGHTS: usize = 10_000;
+
 impl FlightCacheService {
     /// This node's live entries under `prefix` as FlightInfos, sorted by key.
     pub(super) fn list_local(&self, prefix: &[u8]) -> Result<Vec<(Bytes, FlightInfo)>, Error> {
         let mut infos = Vec::new();
-        for (store_key, entry) in self.store.list(prefix) {
+        for (store_key, entry) in self.store.list(prefix, MAX_LISTED_FLIGHTS) {
             let key = CacheKey::try_from_store_bytes(&store_key)?;
             infos.push((store_key, self.flight_info(&key, &entry)?));
         }
@@ -99,6 +105,7 @@ impl FlightCacheService {
         let proxy = self.live.location_mode() == LocationMode::Proxy;
         Ok(merged
             .into_values()
+            .take(MAX_LISTED_FLIGHTS)
             .map(|(mut info, _)| {
                 if proxy {
                     for endpoint in &mut info.endpoint {

@@ -15,6 +15,7 @@ pub mod actions;
 pub mod forward;
 pub mod lease;
 mod list;
+pub use list::MAX_LISTED_FLIGHTS;
 pub mod put;
 pub mod rebalance;
 mod replica;

@@ -427,9 +427,10 @@ impl Store {
 
     /// Live entries whose key starts with `prefix`, sorted by key, without side
     /// effects. An empty prefix lists everything.
-    pub fn list(&self, prefix: &[u8]) -> Vec<(Bytes, Arc<Entry>)> {
+    pub fn list(&self, prefix: &[u8], limit: usize) -> Vec<(Bytes, Arc<Entry>)> {
         let now = self.shared.clock.now();
-        self.shared.with_inner(|inner| inner.list(prefix, now))
+        self.shared
+            .with_inner(|inner| inner.list(prefix, now, limit))
     }
 
     /// Every live entry, hottest first: most hits, then most recently used. What a

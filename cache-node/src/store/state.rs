@@ -158,10 +158,16 @@ impl Inner {
         (slot.deadline > now).then(|| Arc::clone(&slot.entry))
     }
 
-    pub(crate) fn list(&self, prefix: &[u8], now: Duration) -> Vec<(Bytes, Arc<Entry>)> {
+    pub(crate) fn list(
+        &self,
+        prefix: &[u8],
+        now: Duration,
+        limit: usize,
+    ) -> Vec<(Bytes, Arc<Entry>)> {
         self.prefix_range(prefix)
             .filter_map(|(_, &id)| self.slot(id))
             .filter(|slot| slot.deadline > now)
+            .take(limit)
             .map(|slot| (slot.key.clone(), Arc::clone(&slot.entry)))
             .collect()
     }

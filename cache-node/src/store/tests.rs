@@ -70,7 +70,7 @@ fn put_with_ttl(
 
 fn keys(store: &Store) -> Vec<String> {
     store
-        .list(b"")
+        .list(b"", usize::MAX)
         .into_iter()
         .map(|(key, _)| String::from_utf8(key.to_vec()).unwrap())
         .collect()
@@ -206,11 +206,25 @@ fn list_is_sorted_by_key_filtered_by_prefix_and_skips_expired() {
     put_with_ttl(&store, "p/a", 1, Some(SECOND)).unwrap();
     put_with_ttl(&store, "p/b", 1, None).unwrap();
     put_with_ttl(&store, "q/a", 1, None).unwrap();
-    let listed: Vec<Bytes> = store.list(b"p/").into_iter().map(|(key, _)| key).collect();
+    let listed: Vec<Bytes> = store
+        .list(b"p/", usize::MAX)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
     assert_eq!(listed, [key("p/a"), key("p/b"), key("p/c")]);
     clock.advance(SECOND);
-    let listed: Vec<Bytes> = store.list(b"p/").into_iter().map(|(key, _)| key).collect();
+    let listed: Vec<Bytes> = store
+        .list(b"p/", usize::MAX)
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
     assert_eq!(listed, [key("p/b"), key("p/c")]);
+    let first: Vec<Bytes> = store.list(b"", 2).into_iter().map(|(key, _)| key).collect();
+    assert_eq!(
+        first,
+        [key("p/b"), key("p/c")],
+        "a limit keeps the first keys"
+    );
     assert_eq!(store.stats().hits, 0, "listing is not a read");
 }
 

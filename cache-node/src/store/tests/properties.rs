@@ -179,7 +179,7 @@ fn run(initial: StoreConfig, ops: Vec<Op>) {
             Op::InvalidatePrefix { group } => {
                 let prefix = format!("{group}/");
                 store.invalidate_prefix(prefix.as_bytes());
-                assert!(store.list(prefix.as_bytes()).is_empty());
+                assert!(store.list(prefix.as_bytes(), usize::MAX).is_empty());
                 puts.iter_mut()
                     .filter(|put| put.name.starts_with(&prefix))
                     .for_each(|put| put.invalidated = true);
@@ -194,7 +194,7 @@ fn run(initial: StoreConfig, ops: Vec<Op>) {
                 let now = clock.now();
                 assert!(
                     store
-                        .list(b"")
+                        .list(b"", usize::MAX)
                         .iter()
                         .all(|(_, entry)| entry.expires_at() > now)
                 );
