@@ -4,6 +4,8 @@
 //! its own process) shows it; each connection is told the node's stream cap.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -65,14 +67,7 @@ impl NodeProcess {
     }
 
     fn resident_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap();
-        kib * 1024
+        common::resident_bytes(&self.child.id().to_string())
     }
 
     async fn client(&self) -> FlightServiceClient<Channel> {

@@ -123,32 +123,20 @@ async fn a_dictionary_batch_body_shorter_than_its_header_declares_is_refused() {
     node.shutdown().await.unwrap();
 }
 
-/// Resident set of this process, from /proc (the node runs in it).
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 #[tokio::test]
 async fn a_small_dictionary_put_that_would_expand_past_the_entry_limit_is_refused_before_expanding()
 {
     // 1 MiB value, 4,096 keys to it: ~1 MiB on the wire, 4 GiB hydrated. Before the fix,
     // hydration took ~0.5 GiB per few hundred keys and 4,096 keys aborted the process.
     let node = start_node(&["--max-entry-size", "16Mi", "--memory-budget", "64Mi"]).await;
-    let before = resident_bytes();
+    let before = resident_bytes("self");
     let messages = put_messages(path("bomb"), dictionary_batch("v".repeat(1 << 20), 4096)).await;
     let wire: usize = messages
         .iter()
         .map(|m| m.data_body.len() + m.data_header.len())
         .sum();
     let status = raw_put(&node, messages).await;
-    let grown = resident_bytes().saturating_sub(before);
+    let grown = resident_bytes("self").saturating_sub(before);
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status.message().contains("nothing was stored"),

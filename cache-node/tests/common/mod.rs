@@ -152,3 +152,15 @@ pub async fn scrape(addr: std::net::SocketAddr) -> String {
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     response
 }
+
+/// Resident set size of a process, from its `/proc/<pid>/status` (`self` for this one).
+pub fn resident_bytes(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib * 1024
+}
