@@ -83,6 +83,10 @@ pub struct Cli {
     /// or proxy (no location: clients redeem the ticket where they asked) [default: direct].
     #[arg(long, env = "FLIGHTCACHE_LOCATION_MODE")]
     pub location_mode: Option<LocationMode>,
+    /// Most Flight connections open at once; further ones are closed as they are
+    /// accepted [default: 10000].
+    #[arg(long, env = "FLIGHTCACHE_MAX_CONNECTIONS")]
+    pub max_connections: Option<u64>,
 }
 
 /// How logs are written.
@@ -167,6 +171,23 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Which location GetFlightInfo endpoints carry (live).
     pub location_mode: LocationMode,
+    /// Most Flight connections open at once.
+    pub max_connections: usize,
+}
+
+/// Default of `--max-connections`: far above what a pool's clients and peers open, far
+/// below the file descriptors a pod gets.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+fn pick_max_connections(value: Option<u64>) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(DEFAULT_MAX_CONNECTIONS),
+        Some(0) => Err(ConfigError::Invalid {
+            field: "max-connections (maxConnections)",
+            reason: "must be at least 1".into(),
+        }),
+        Some(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+    }
 }
 
 impl Config {
@@ -199,6 +220,7 @@ impl Config {
             topology,
             log_format,
             location_mode,
+            max_connections,
         } = cli;
         let NodeDocument {
             config: file,
@@ -268,6 +290,7 @@ impl Config {
             topology,
             log_format,
             location_mode: location_mode.or(file.location_mode).unwrap_or_default(),
+            max_connections: pick_max_connections(max_connections.or(file.max_connections))?,
         })
     }
 }

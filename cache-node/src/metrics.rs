@@ -142,6 +142,8 @@ pub struct Metrics {
     /// Replica writes (to a key's second choice) that failed; the write still succeeded
     /// on the owner.
     pub replica_write_failures: Counter,
+    /// Connections closed on accept because `max_connections` were open.
+    pub connections_refused: Counter,
     /// Entries handed to their owners by `rebalance` and removed here.
     pub migrated_out_entries: Counter,
     /// Bytes (entry weights) handed out by `rebalance`.
@@ -229,6 +231,12 @@ impl Metrics {
             "Writes whose copy to the key's second choice failed (stored on the owner only)",
             replica_write_failures.clone(),
         );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Flight connections closed on accept because the node's connection limit was reached",
+            connections_refused.clone(),
+        );
         let migrated_out_entries = Counter::default();
         registry.register(
             "migrated_out_entries",
@@ -266,6 +274,7 @@ impl Metrics {
             rebalance_in_progress,
             rebalance_pending_entries,
             replica_write_failures,
+            connections_refused,
             migrated_out_entries,
             migrated_out_bytes,
             migrated_in_entries,

@@ -17,7 +17,6 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 
 use crate::auth::{Auth, AuthLayer};
 use crate::config::{Config, read_config_file};
@@ -27,6 +26,7 @@ use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
+use crate::wire::accept::BoundedIncoming;
 use crate::wire::intake::IntakeLayer;
 use crate::wire::limits::RequestLimitLayer;
 use crate::wire::relay::{DoGetRelay, RelayNode};
@@ -131,6 +131,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         topology,
         log_format: _,
         location_mode,
+        max_connections,
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
@@ -186,6 +187,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
 
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();
+    let connections_refused = metrics.connections_refused.clone();
     let flight = tokio::spawn(async move {
         let shutdown_requested = async move {
             let _ = flight_stop.wait_for(|stop| *stop).await;
@@ -194,11 +196,15 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
                 .await;
             tracing::info!(grace = ?shutdown_grace, "shutting down: draining in-flight streams");
         };
-        // Nagle's algorithm would hold small answers back ~40 ms waiting for an ACK; the
-        // builder's `tcp_nodelay` only applies to addresses tonic binds itself.
-        let incoming = TcpIncoming::from(flight_listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(Some(TCP_KEEPALIVE));
+        // Every connection gets TCP_NODELAY (Nagle's algorithm would hold small answers
+        // back ~40 ms waiting for an ACK) and keepalive; past `max_connections` new ones
+        // are closed, and accepting pauses while descriptors are exhausted.
+        let incoming = BoundedIncoming::new(
+            flight_listener,
+            max_connections,
+            TCP_KEEPALIVE,
+            connections_refused,
+        );
         // Larger HTTP/2 windows and frames let a multi-megabyte put arrive without a
         // window-update round trip every 64 KiB. The stream cap bounds what one
         // connection can hold open (one connection opening 100,000 streams used to cost

@@ -163,6 +163,10 @@ pub struct NodeConfig {
     /// reuses the address it dialled and the node forwards). Default `direct`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location_mode: Option<LocationMode>,
+    /// Most client and peer connections open at once; further ones are closed as they
+    /// are accepted. Default 10000 (restart to change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u64>,
 }
 
 /// Where GetFlightInfo sends a client for the data.
@@ -464,6 +468,7 @@ impl NodeConfig {
             ("metricsListen", self.metrics_listen.is_some()),
             ("authTokenFile", self.auth_token_file.is_some()),
             ("shutdownGrace", self.shutdown_grace.is_some()),
+            ("maxConnections", self.max_connections.is_some()),
         ];
         match restart_only.into_iter().find(|(_, set)| *set) {
             Some((field, _)) => Err(NodeConfigError::NotLive { field }),

@@ -4,6 +4,8 @@
 //!   (protobuf tags, gRPC prefixes); the store keeps them opaque.
 //! - [`intake`]: a tower layer in front of DoPut that reserves each message's bytes in
 //!   the budget as soon as its gRPC prefix announces its length.
+//! - [`accept`]: the Flight listener as a bounded stream of connections (a connection
+//!   limit, back-off when out of file descriptors).
 //! - [`limits`]: a tower layer that bounds the request bytes of every Flight method but
 //!   DoPut (small for unary calls and for the unauthenticated Handshake).
 //! - [`relay`]: a tower layer in front of DoGet that answers a local hit with the stored
@@ -12,6 +14,7 @@
 //! `flight/` must not import `intake` or `relay` internals: it only mounts the layers
 //! (`server.rs`) and uses [`seal`] through the store's sealed types.
 
+pub mod accept;
 pub mod intake;
 pub mod limits;
 pub mod relay;

@@ -29,6 +29,8 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
             .map(|_| format!("{}/auth/token", names::NODE_CONFIG_DIR)),
         shutdown_grace: Some("20s".into()),
         location_mode: Some(pool.location_mode),
+        // The node's default (10,000); the CRD has no field for it.
+        max_connections: None,
     }
 }
 
