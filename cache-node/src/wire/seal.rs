@@ -52,6 +52,29 @@ const BODY_ALIGNMENT: usize = 16;
 const DATA_HEADER_FIELD: u64 = 2;
 const DATA_BODY_FIELD: u64 = 1000;
 
+/// Runs one arrow-ipc decode of client bytes, turning a panic inside arrow into the
+/// client's error. The checks above catch the malformed shapes known to panic, but
+/// arrow-ipc's reader is not panic-free on hostile input (apache/arrow-rs#7124): a
+/// header that declares an offsets buffer whose length is not a whole number of offsets
+/// trips an assertion in arrow-data's validation. A put must end in INVALID_ARGUMENT,
+/// never in a reset stream. Nothing outlives a caught panic: the put that sent the
+/// message is abandoned with its partial state.
+fn decode_untrusted<T>(
+    what: &str,
+    decode: impl FnOnce() -> Result<T, ArrowError>,
+) -> Result<T, ArrowError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|reason| (*reason).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "malformed buffers".to_owned());
+        Err(ArrowError::IpcError(format!(
+            "the {what} does not decode: {reason}"
+        )))
+    })
+}
+
 /// Checks, before arrow slices anything, that every buffer a record batch (or the data of
 /// a dictionary batch) declares lies inside its `body_len`-byte body. arrow-ipc slices
 /// the body with the declared offsets and lengths as they are, and panics on a body
@@ -239,14 +262,16 @@ impl SealedSchema {
             .header_as_record_batch()
             .ok_or_else(|| ArrowError::IpcError("the message is not a record batch".into()))?;
         check_buffers_within_body(&header, body.len())?;
-        let batch = reader::read_record_batch(
-            &Buffer::from(body),
-            header,
-            self.schema.clone(),
-            &HashMap::new(),
-            None,
-            &ipc.version(),
-        )?;
+        let batch = decode_untrusted("record batch", || {
+            reader::read_record_batch(
+                &Buffer::from(body),
+                header,
+                self.schema.clone(),
+                &HashMap::new(),
+                None,
+                &ipc.version(),
+            )
+        })?;
         Ok(SealedBatch {
             batch,
             message: WireMessage::new(&message),
@@ -400,13 +425,16 @@ impl Intake {
                     ArrowError::IpcError("a dictionary batch without data".into())
                 })?;
                 check_buffers_within_body(&data, message.data_body.len())?;
-                reader::read_dictionary(
-                    &Buffer::from(message.data_body.clone()),
-                    dictionary,
-                    &schema.input,
-                    &mut self.dictionaries,
-                    &ipc.version(),
-                )?;
+                let dictionaries = &mut self.dictionaries;
+                decode_untrusted("dictionary batch", || {
+                    reader::read_dictionary(
+                        &Buffer::from(message.data_body.clone()),
+                        dictionary,
+                        &schema.input,
+                        dictionaries,
+                        &ipc.version(),
+                    )
+                })?;
                 Ok(Received::Dictionary)
             }
             MessageHeader::RecordBatch => {
@@ -421,14 +449,16 @@ impl Intake {
                     .header_as_record_batch()
                     .ok_or_else(|| ArrowError::IpcError("unreadable record batch header".into()))?;
                 check_buffers_within_body(&header, message.data_body.len())?;
-                let batch = reader::read_record_batch(
-                    &Buffer::from(message.data_body.clone()),
-                    header,
-                    schema.input.clone(),
-                    &self.dictionaries,
-                    None,
-                    &ipc.version(),
-                )?;
+                let batch = decode_untrusted("record batch", || {
+                    reader::read_record_batch(
+                        &Buffer::from(message.data_body.clone()),
+                        header,
+                        schema.input.clone(),
+                        &self.dictionaries,
+                        None,
+                        &ipc.version(),
+                    )
+                })?;
                 let expanded = hydrated_dictionary_bytes(&batch);
                 if expanded > 0 {
                     let size = self.hydrated.saturating_add(expanded);
@@ -785,6 +815,27 @@ mod tests {
                 Mutation::Append(tail) => bytes.extend_from_slice(tail),
             }
             Bytes::from(bytes)
+        }
+
+        /// The case CI's fuzzing found: one byte of the dictionary batch's header set to
+        /// 25 declares an offsets buffer that is not a whole number of offsets, on which
+        /// arrow-data's validation asserts. The put is refused with a message instead.
+        #[test]
+        fn a_dictionary_with_a_partial_offset_is_refused_not_a_panic() {
+            let mut messages = valid_messages();
+            let header = &messages[1].data_header;
+            messages[1].data_header =
+                mutate(header, &Mutation::SetByte(11_398_600_218_501_468_648, 25));
+            let mut intake = Intake::new(1 << 20);
+            let Ok(Received::Schema(schema)) = intake.receive(&messages[0]) else {
+                panic!("the schema message is valid");
+            };
+            intake.set_schema(SealedSchema::new(Arc::new(schema)).unwrap());
+            let refused = intake.receive(&messages[1]).unwrap_err().to_string();
+            assert!(
+                refused.contains("dictionary batch does not decode"),
+                "{refused}"
+            );
         }
 
         proptest! {
