@@ -1,15 +1,23 @@
-//! Authentication: one tower layer ([`AuthLayer`]) in front of every Flight call, and
-//! the Handshake credential check that hands the token out.
+//! Authentication and the three kinds of caller: one tower layer ([`AuthLayer`]) in front
+//! of every Flight call, the rights of each [`Caller`], and the Handshake credential check.
 //!
-//! With a token configured, every Flight call but Handshake (and the two methods a node
-//! does not offer, PollFlightInfo and DoExchange, which answer UNIMPLEMENTED) must carry
-//! `authorization: Bearer <token>`; the layer refuses anything else with UNAUTHENTICATED
-//! before any request body is read, and records the refusal in the RPC metrics.
+//! A node knows up to three credentials ([`Credentials`]): the clients' tokens (several,
+//! so a token can be rotated), the admin token (the operator's) and the peer token (the
+//! pool's nodes, to each other). The layer identifies the caller from
+//! `authorization: Bearer <token>` before any request body is read, refuses an unknown
+//! token or a missing one (when clients need a token) with UNAUTHENTICATED, refuses the
+//! internal `x-flightcache-*` headers from anyone but a peer with PERMISSION_DENIED, and
+//! hands the [`Caller`] to the service in the request's extensions, where admin actions
+//! are checked ([`Auth::authorize_action`]). Refusals are recorded in the RPC metrics.
+//!
+//! A node started without an admin token lets every client administer it, and one without
+//! a peer token honours the internal headers from every client: the mode of a node run by
+//! hand or in tests. The operator always configures both.
+//!
 //! Handshake accepts `authorization: Basic base64(user:token)` (any user name, which is
 //! what `pyarrow.flight.FlightClient.authenticate_basic_token` sends), a Bearer header,
 //! or the token as the first HandshakeRequest payload, and answers with the Bearer
-//! header ([`Auth::handshake`], called by the Flight service). This layer is where a
-//! separate admin credential (issue 12) would be checked. Must not import `flight/`,
+//! header ([`Auth::handshake`], called by the Flight service). Must not import `flight/`,
 //! `wire/` or the store. Pure apart from reading request headers.
 
 use std::convert::Infallible;
@@ -17,12 +25,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use base64::Engine as _;
+use crds::admin::AdminAction;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
-use tonic::{Code, Status};
+use tonic::Status;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -87,13 +96,18 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         if let Some(method) = authenticated_method(request.uri().path()) {
             let metadata = MetadataMap::from_headers(request.headers().clone());
-            if let Err(err) = self.auth.check(&metadata) {
-                self.metrics.rpc(method).finish(Code::Unauthenticated);
-                let status = Status::from(err);
-                return Box::pin(async move { Ok(status.into_http()) });
+            match self.auth.admit(&metadata) {
+                Ok(caller) => {
+                    request.extensions_mut().insert(caller);
+                }
+                Err(err) => {
+                    let status = Status::from(err);
+                    self.metrics.rpc(method).finish(status.code());
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
             }
         }
         Box::pin(self.inner.call(request))
@@ -103,43 +117,186 @@ where
 const MISSING: &str = "this node requires a bearer token: send 'authorization: Bearer <token>', \
                        or call Handshake with basic auth (any user, the token as password)";
 
-/// The configured token, if auth is on.
-#[derive(Debug, Clone)]
+/// The prefix of the headers nodes send each other (forwarding, ring version, copies and
+/// their lifetimes); honoured only from peers.
+pub const INTERNAL_HEADER_PREFIX: &str = "x-flightcache-";
+
+/// Who a call comes from, as its credential says. The [`AuthLayer`] puts it into every
+/// authenticated request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A client: a client token, or no token where clients need none.
+    Client,
+    /// Another node of the pool (the peer token).
+    Peer,
+    /// The operator (the admin token).
+    Admin,
+}
+
+impl Caller {
+    /// The name used in refusals.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Peer => "peer",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+/// The credentials a node accepts.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// Tokens clients may present; empty: clients need none.
+    pub client: Vec<String>,
+    /// The admin token; none: every client may administer the node.
+    pub admin: Option<String>,
+    /// The peer token, which this node also presents to its peers; none: internal
+    /// headers are honoured from every client, and forwarded calls carry the caller's
+    /// own `authorization`.
+    pub peer: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("client", &format_args!("{} token(s)", self.client.len()))
+            .field("admin", &self.admin.as_ref().map(|_| "<redacted>"))
+            .field("peer", &self.peer.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The configured credentials and the rights that follow from them.
+#[derive(Debug, Clone, Default)]
 pub struct Auth {
-    token: Option<String>,
+    credentials: Arc<Credentials>,
 }
 
 impl Auth {
-    /// Auth with `token`, or none.
-    pub fn new(token: Option<String>) -> Self {
-        Self { token }
+    /// Auth with `credentials`.
+    pub fn new(credentials: Credentials) -> Self {
+        Self {
+            credentials: Arc::new(credentials),
+        }
     }
 
-    /// Checks a call's Bearer header.
+    /// Auth with one client token, or none (no admin or peer token).
+    pub fn client_token(token: Option<String>) -> Self {
+        Self::new(Credentials {
+            client: token.into_iter().collect(),
+            ..Credentials::default()
+        })
+    }
+
+    /// Whether clients need a token.
+    pub fn clients_need_a_token(&self) -> bool {
+        !self.credentials.client.is_empty()
+    }
+
+    /// The `authorization` value this node presents to its peers (the peer token), if
+    /// it has one.
+    pub fn peer_authorization(&self) -> Option<String> {
+        self.credentials
+            .peer
+            .as_ref()
+            .map(|token| format!("Bearer {token}"))
+    }
+
+    /// Who presented `token`, if it is one of the configured credentials.
+    fn caller_of(&self, token: &[u8]) -> Option<Caller> {
+        let matches = |known: &Option<String>| {
+            known
+                .as_ref()
+                .is_some_and(|known| constant_time_eq(token, known.as_bytes()))
+        };
+        if matches(&self.credentials.admin) {
+            Some(Caller::Admin)
+        } else if matches(&self.credentials.peer) {
+            Some(Caller::Peer)
+        } else if self
+            .credentials
+            .client
+            .iter()
+            .any(|known| constant_time_eq(token, known.as_bytes()))
+        {
+            Some(Caller::Client)
+        } else {
+            None
+        }
+    }
+
+    /// Identifies a call's caller from its Bearer header.
     ///
     /// # Errors
-    /// [`Error::Unauthenticated`] when the token is missing or wrong.
-    pub fn check(&self, metadata: &MetadataMap) -> Result<()> {
-        let Some(token) = &self.token else {
-            return Ok(());
-        };
+    /// [`Error::Unauthenticated`] when the token is missing (and clients need one) or
+    /// matches no credential.
+    pub fn identify(&self, metadata: &MetadataMap) -> Result<Caller> {
         match bearer(metadata) {
-            Some(presented) if constant_time_eq(presented.as_bytes(), token.as_bytes()) => Ok(()),
-            Some(_) => Err(Error::Unauthenticated(
-                "the bearer token is not valid".into(),
-            )),
+            Some(presented) => match self.caller_of(presented.as_bytes()) {
+                Some(caller) => Ok(caller),
+                // Clients need no token: an unknown one is a client's, not a secret.
+                None if !self.clients_need_a_token() => Ok(Caller::Client),
+                None => Err(Error::Unauthenticated(
+                    "the bearer token is not valid".into(),
+                )),
+            },
+            None if !self.clients_need_a_token() => Ok(Caller::Client),
             None => Err(Error::Unauthenticated(MISSING.into())),
+        }
+    }
+
+    /// Identifies the caller and checks that only a peer sends internal headers.
+    ///
+    /// # Errors
+    /// [`Error::Unauthenticated`] as [`Auth::identify`]; [`Error::PermissionDenied`]
+    /// for an internal header from a caller that is not a peer.
+    pub fn admit(&self, metadata: &MetadataMap) -> Result<Caller> {
+        let caller = self.identify(metadata)?;
+        if caller != Caller::Peer
+            && self.credentials.peer.is_some()
+            && let Some(name) = metadata.keys().find_map(|key| match key {
+                tonic::metadata::KeyRef::Ascii(name) => name
+                    .as_str()
+                    .starts_with(INTERNAL_HEADER_PREFIX)
+                    .then(|| name.as_str().to_owned()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+        {
+            return Err(Error::PermissionDenied(format!(
+                "the header '{name}' is accepted only from the pool's nodes, not from a {}",
+                caller.as_str()
+            )));
+        }
+        Ok(caller)
+    }
+
+    /// Checks that `caller` may run `action` ([`AdminAction::needs_admin`]).
+    ///
+    /// # Errors
+    /// [`Error::PermissionDenied`] naming the action and the credential it needs.
+    pub fn authorize_action(&self, caller: Caller, action: AdminAction) -> Result<()> {
+        let allowed = !action.needs_admin()
+            || caller == Caller::Admin
+            || self.credentials.admin.is_none()
+            // `clear` runs on every member: the node that got the call sends it on with
+            // the peer credential.
+            || (caller == Caller::Peer && action == AdminAction::Clear);
+        if allowed {
+            Ok(())
+        } else {
+            Err(Error::PermissionDenied(format!(
+                "the '{action}' action needs the cluster's admin credential; a {} may not run it",
+                caller.as_str()
+            )))
         }
     }
 
     /// Checks Handshake credentials and returns the header value to send back.
     ///
     /// # Errors
-    /// [`Error::Unauthenticated`] when no credential matches.
+    /// [`Error::Unauthenticated`] when clients need a token and no credential matches.
     pub fn handshake(&self, metadata: &MetadataMap, payload: &[u8]) -> Result<Option<String>> {
-        let Some(token) = &self.token else {
-            return Ok(None);
-        };
         let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
         let presented: Option<Vec<u8>> = match header {
             Some(value) => match (value.strip_prefix("Basic "), value.strip_prefix("Bearer ")) {
@@ -150,12 +307,15 @@ impl Auth {
             None if !payload.is_empty() => Some(payload.to_vec()),
             None => None,
         };
-        match presented {
-            Some(secret) if constant_time_eq(&secret, token.as_bytes()) => {
-                Ok(Some(format!("Bearer {token}")))
-            }
-            Some(_) => Err(Error::Unauthenticated("the token is not valid".into())),
-            None => Err(Error::Unauthenticated(MISSING.into())),
+        let known = presented
+            .as_deref()
+            .filter(|secret| self.caller_of(secret).is_some())
+            .and_then(|secret| std::str::from_utf8(secret).ok());
+        match (known, presented.is_some()) {
+            (Some(token), _) => Ok(Some(format!("Bearer {token}"))),
+            _ if !self.clients_need_a_token() => Ok(None),
+            (None, true) => Err(Error::Unauthenticated("the token is not valid".into())),
+            (None, false) => Err(Error::Unauthenticated(MISSING.into())),
         }
     }
 }
@@ -217,25 +377,90 @@ mod tests {
         }
     }
 
+    fn three_credentials() -> Auth {
+        Auth::new(Credentials {
+            client: vec!["client-old".into(), "client-new".into()],
+            admin: Some("admin-token".into()),
+            peer: Some("peer-token".into()),
+        })
+    }
+
     #[test]
     fn without_a_token_everything_passes() {
-        let auth = Auth::new(None);
-        assert!(auth.check(&MetadataMap::new()).is_ok());
+        let auth = Auth::default();
+        assert_eq!(auth.identify(&MetadataMap::new()).unwrap(), Caller::Client);
         assert_eq!(auth.handshake(&MetadataMap::new(), b"").unwrap(), None);
+        // No admin token: a client may administer; no peer token: internal headers pass.
+        for action in AdminAction::ALL {
+            assert!(auth.authorize_action(Caller::Client, action).is_ok());
+        }
+        let mut forwarded = MetadataMap::new();
+        forwarded.insert("x-flightcache-forwarded", "p-1".parse().unwrap());
+        assert_eq!(auth.admit(&forwarded).unwrap(), Caller::Client);
     }
 
     #[test]
     fn bearer_tokens_are_checked() {
-        let auth = Auth::new(Some("s3cret".into()));
-        assert!(auth.check(&with_header("Bearer s3cret")).is_ok());
-        assert!(auth.check(&with_header("Bearer s3cre7")).is_err());
-        let err = auth.check(&MetadataMap::new()).unwrap_err();
+        let auth = Auth::client_token(Some("s3cret".into()));
+        assert!(auth.identify(&with_header("Bearer s3cret")).is_ok());
+        assert!(auth.identify(&with_header("Bearer s3cre7")).is_err());
+        let err = auth.identify(&MetadataMap::new()).unwrap_err();
         assert!(err.to_string().contains("requires a bearer token"));
     }
 
     #[test]
+    fn each_credential_names_its_caller_and_every_client_token_is_accepted() {
+        let auth = three_credentials();
+        let caller = |token: &str| auth.identify(&with_header(&format!("Bearer {token}")));
+        assert_eq!(caller("client-old").unwrap(), Caller::Client);
+        assert_eq!(caller("client-new").unwrap(), Caller::Client);
+        assert_eq!(caller("admin-token").unwrap(), Caller::Admin);
+        assert_eq!(caller("peer-token").unwrap(), Caller::Peer);
+        assert!(caller("guess").is_err());
+        assert!(auth.identify(&MetadataMap::new()).is_err());
+    }
+
+    #[test]
+    fn admin_actions_need_the_admin_credential() {
+        let auth = three_credentials();
+        for action in AdminAction::ALL {
+            assert!(auth.authorize_action(Caller::Admin, action).is_ok());
+            let client = auth.authorize_action(Caller::Client, action);
+            assert_eq!(client.is_ok(), !action.needs_admin(), "{action}");
+        }
+        let err = auth
+            .authorize_action(Caller::Client, AdminAction::Configure)
+            .unwrap_err();
+        assert_eq!(Status::from(err).code(), tonic::Code::PermissionDenied);
+        // A peer sends `clear` on to the other members, nothing else of the admin's.
+        assert!(auth.authorize_action(Caller::Peer, AdminAction::Clear).is_ok());
+        assert!(
+            auth.authorize_action(Caller::Peer, AdminAction::Configure)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn internal_headers_are_honoured_only_from_peers() {
+        let auth = three_credentials();
+        for (token, allowed) in [
+            ("client-new", false),
+            ("admin-token", false),
+            ("peer-token", true),
+        ] {
+            let mut metadata = with_header(&format!("Bearer {token}"));
+            metadata.insert("x-flightcache-ring-version", "18446744073709551615".parse().unwrap());
+            let result = auth.admit(&metadata);
+            assert_eq!(result.is_ok(), allowed, "{token}");
+            if let Err(err) = result {
+                assert!(err.to_string().contains("x-flightcache-ring-version"));
+            }
+        }
+    }
+
+    #[test]
     fn handshake_accepts_basic_bearer_and_payload() {
-        let auth = Auth::new(Some("s3cret".into()));
+        let auth = Auth::client_token(Some("s3cret".into()));
         let basic = base64::engine::general_purpose::STANDARD.encode("anyone:s3cret");
         let expected = Some("Bearer s3cret".to_owned());
         assert_eq!(
@@ -257,5 +482,13 @@ mod tests {
                 .is_err()
         );
         assert!(auth.handshake(&MetadataMap::new(), b"").is_err());
+    }
+
+    #[test]
+    fn credentials_never_appear_in_debug_output() {
+        let printed = format!("{:?}", three_credentials());
+        for token in ["client-old", "admin-token", "peer-token"] {
+            assert!(!printed.contains(token), "{printed}");
+        }
     }
 }

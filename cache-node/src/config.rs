@@ -15,6 +15,7 @@ use crds::node_config::{
 };
 use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
+use crate::auth::Credentials;
 use crate::store::{self, StoreConfig};
 
 /// Default Flight listen address: loopback, so a first run exposes nothing.
@@ -26,6 +27,8 @@ const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
 const DEFAULT_MAX_ENTRY_SIZE: u64 = 64 << 20;
 const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Most client tokens a node accepts at once (a token file of more is refused).
+pub const MAX_CLIENT_TOKENS: usize = 16;
 
 /// Command line of `flightcache-node`. Every flag can also be set by its environment
 /// variable or by the same-named field of the config file.
@@ -63,9 +66,18 @@ pub struct Cli {
     /// JSON node config file; re-read when it changes (live fields only).
     #[arg(long, env = "FLIGHTCACHE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// File with the bearer token clients must present; no file means no auth.
+    /// File with the bearer token(s) clients must present, one per line (several while a
+    /// token is rotated); no file means clients need none.
     #[arg(long, env = "FLIGHTCACHE_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
+    /// File with the admin token (the operator's): needed for configure, stats, topology,
+    /// clear and rebalance; no file means every client may run them.
+    #[arg(long, env = "FLIGHTCACHE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// File with the peer token the pool's nodes present to each other; the internal
+    /// x-flightcache-* headers are honoured only with it. No file: honoured from anyone.
+    #[arg(long, env = "FLIGHTCACHE_PEER_TOKEN_FILE")]
+    pub peer_token_file: Option<PathBuf>,
     /// How long in-flight streams may finish after SIGTERM [default: 20s].
     #[arg(long, env = "FLIGHTCACHE_SHUTDOWN_GRACE", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
@@ -159,8 +171,8 @@ pub struct Config {
     pub generation: u64,
     /// The config file to watch, if any.
     pub config_file: Option<PathBuf>,
-    /// Bearer token clients must present, if auth is on.
-    pub auth_token: Option<String>,
+    /// The client, admin and peer tokens.
+    pub credentials: Credentials,
     /// Grace period for in-flight streams at shutdown.
     pub shutdown_grace: Duration,
     /// This node's member id in the ring, if it is a member.
@@ -215,6 +227,8 @@ impl Config {
             eviction,
             config,
             auth_token_file,
+            admin_token_file,
+            peer_token_file,
             shutdown_grace,
             member_id,
             topology,
@@ -274,15 +288,46 @@ impl Config {
             ),
         };
         validate_store(&store)?;
-        let auth_token_file = auth_token_file.or(file.auth_token_file.as_ref().map(PathBuf::from));
-        let auth_token = auth_token_file.map(|path| read_token(&path)).transpose()?;
+        let token_file = |flag: Option<PathBuf>, field: &Option<String>| {
+            flag.or(field.as_ref().map(PathBuf::from))
+        };
+        let client_tokens = token_file(auth_token_file, &file.auth_token_file)
+            .map(|path| read_tokens(&path, true))
+            .transpose()?
+            .unwrap_or_default();
+        let single = |path: Option<PathBuf>| -> Result<Option<String>, ConfigError> {
+            Ok(path
+                .map(|path| read_tokens(&path, false))
+                .transpose()?
+                .and_then(|tokens| tokens.into_iter().next()))
+        };
+        let credentials = Credentials {
+            client: client_tokens,
+            admin: single(token_file(admin_token_file, &file.admin_token_file))?,
+            peer: single(token_file(peer_token_file, &file.peer_token_file))?,
+        };
+        // One token with two meanings would give a client the rights of the other.
+        let shared_with_clients = |token: &Option<String>| {
+            token
+                .as_ref()
+                .is_some_and(|token| credentials.client.contains(token))
+        };
+        if shared_with_clients(&credentials.admin)
+            || shared_with_clients(&credentials.peer)
+            || (credentials.admin.is_some() && credentials.admin == credentials.peer)
+        {
+            return Err(ConfigError::Invalid {
+                field: "admin-token-file",
+                reason: "the client, admin and peer tokens must all differ".into(),
+            });
+        }
         Ok(Self {
             listen,
             metrics_listen,
             store,
             generation: file.generation.unwrap_or(0),
             config_file: config,
-            auth_token,
+            credentials,
             shutdown_grace: shutdown_grace
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
@@ -403,25 +448,37 @@ fn pick_addr(
     })
 }
 
-fn read_token(path: &std::path::Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|err| ConfigError::AuthToken {
+/// Reads a token file: one token per line (blank lines ignored), several only where
+/// `several` (the clients', so a token can be rotated).
+fn read_tokens(path: &std::path::Path, several: bool) -> Result<Vec<String>, ConfigError> {
+    let failed = |reason: &str| ConfigError::AuthToken {
         path: path.to_owned(),
-        reason: err.to_string(),
-    })?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(ConfigError::AuthToken {
-            path: path.to_owned(),
-            reason: "the file is empty".into(),
-        });
+        reason: reason.to_owned(),
+    };
+    let text = std::fs::read_to_string(path).map_err(|err| failed(&err.to_string()))?;
+    let tokens: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if tokens.is_empty() {
+        return Err(failed("the file is empty"));
     }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ConfigError::AuthToken {
-            path: path.to_owned(),
-            reason: "the token must be printable ASCII without spaces".into(),
-        });
+    if tokens.len() > MAX_CLIENT_TOKENS || (!several && tokens.len() > 1) {
+        let most = if several { MAX_CLIENT_TOKENS } else { 1 };
+        return Err(failed(&format!(
+            "the file holds {} tokens, at most {most} are accepted",
+            tokens.len()
+        )));
     }
-    Ok(token.to_owned())
+    if tokens
+        .iter()
+        .any(|token| !token.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return Err(failed("a token must be printable ASCII without spaces"));
+    }
+    Ok(tokens)
 }
 
 #[cfg(test)]
@@ -441,7 +498,48 @@ mod tests {
         assert!(config.listen.ip().is_loopback() && config.metrics_listen.ip().is_loopback());
         assert_eq!(config.store.budget_bytes, 256 << 20);
         assert_eq!(config.store.max_entry_bytes, 64 << 20);
-        assert!(config.auth_token.is_none());
+        assert_eq!(config.credentials, Credentials::default());
+    }
+
+    #[test]
+    fn token_files_give_the_three_credentials_and_refuse_a_shared_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        let clients = write("clients", "old-token\n\nnew-token\n");
+        let admin = write("admin", "admin-token\n");
+        let peer = write("peer", "peer-token");
+        let flags = |admin: &str| {
+            Config::from_cli(
+                cli(&[
+                    "--auth-token-file",
+                    &clients,
+                    "--admin-token-file",
+                    admin,
+                    "--peer-token-file",
+                    &peer,
+                ])
+                .unwrap(),
+            )
+        };
+        let config = flags(&admin).unwrap();
+        assert_eq!(
+            config.credentials,
+            Credentials {
+                client: vec!["old-token".into(), "new-token".into()],
+                admin: Some("admin-token".into()),
+                peer: Some("peer-token".into()),
+            }
+        );
+        let shared = write("shared", "new-token");
+        let err = flags(&shared).unwrap_err().to_string();
+        assert!(err.contains("must all differ"), "{err}");
+        let two = write("two", "a\nb");
+        let err = flags(&two).unwrap_err().to_string();
+        assert!(err.contains("at most 1"), "{err}");
     }
 
     #[test]

@@ -98,6 +98,10 @@ pub enum Error {
     /// Missing or wrong credentials.
     #[error("{0}")]
     Unauthenticated(String),
+    /// Valid credentials without the right to this call (a client calling an admin
+    /// action, an internal header from someone not a peer).
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The method is not offered by a cache node.
     #[error("{0} is not offered by a FlightCache node")]
     Unimplemented(&'static str),
@@ -153,6 +157,7 @@ impl Error {
             | Self::OwnerUnreachable { .. } => Code::Unavailable,
             Self::Forwarded(status) => status.code(),
             Self::Unauthenticated(_) => Code::Unauthenticated,
+            Self::PermissionDenied(_) => Code::PermissionDenied,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,
             Self::Encode(_) | Self::BadPeerAnswer { .. } => Code::Internal,
         }

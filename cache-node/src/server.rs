@@ -125,7 +125,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         store: store_config,
         generation,
         config_file,
-        auth_token,
+        credentials,
         shutdown_grace,
         member_id,
         topology,
@@ -142,9 +142,15 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         Arc::clone(&live),
         Arc::clone(&routing),
     ));
-    let auth = Auth::new(auth_token);
+    if credentials.admin.is_none() {
+        tracing::warn!(
+            "no admin token: every client may run configure, stats, topology, clear and rebalance"
+        );
+    }
+    let auth = Auth::new(credentials);
     // One pool of peer channels for the Flight service and the DoGet relay.
-    let peers = Peers::with_metrics(Arc::clone(&metrics));
+    let peers =
+        Peers::with_metrics(Arc::clone(&metrics)).presenting(auth.peer_authorization().as_deref());
     let relay_node = RelayNode {
         store: Arc::clone(&store),
         metrics: Arc::clone(&metrics),
@@ -365,6 +371,8 @@ async fn watch_config_file(
             listen: None,
             metrics_listen: None,
             auth_token_file: None,
+            admin_token_file: None,
+            peer_token_file: None,
             shutdown_grace: None,
             memory_budget,
             max_entry_size,

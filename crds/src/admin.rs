@@ -83,6 +83,19 @@ impl AdminAction {
         }
     }
 
+    /// Whether the action needs the cluster's admin credential (the operator's): it
+    /// changes or reads the node's configuration and ring, or removes or moves entries
+    /// it did not name. The others (`ping`, `invalidate`, `invalidate-prefix`, `lease`)
+    /// are what a client does with its own keys.
+    pub fn needs_admin(self) -> bool {
+        match self {
+            Self::Ping | Self::Invalidate | Self::InvalidatePrefix | Self::Lease => false,
+            Self::Clear | Self::Stats | Self::Configure | Self::Topology | Self::Rebalance => {
+                true
+            }
+        }
+    }
+
     /// The ListActions description.
     pub fn description(self) -> &'static str {
         match self {

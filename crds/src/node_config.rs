@@ -152,9 +152,18 @@ pub struct NodeConfig {
     /// `lru` or `tinylfu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction: Option<EvictionPolicy>,
-    /// File holding the bearer token clients must present (restart to change).
+    /// File holding the bearer token(s) clients must present, one per line (restart to
+    /// change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_token_file: Option<String>,
+    /// File holding the admin token (the operator's), needed for the admin actions
+    /// (restart to change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<String>,
+    /// File holding the peer token the pool's nodes present to each other (restart to
+    /// change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_token_file: Option<String>,
     /// How long in-flight streams may run after SIGTERM, e.g. `20s` (restart to change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<String>,
@@ -467,6 +476,8 @@ impl NodeConfig {
             ("listen", self.listen.is_some()),
             ("metricsListen", self.metrics_listen.is_some()),
             ("authTokenFile", self.auth_token_file.is_some()),
+            ("adminTokenFile", self.admin_token_file.is_some()),
+            ("peerTokenFile", self.peer_token_file.is_some()),
             ("shutdownGrace", self.shutdown_grace.is_some()),
             ("maxConnections", self.max_connections.is_some()),
         ];

@@ -10,8 +10,9 @@
 //!
 //! Forwarded requests carry `x-flightcache-forwarded: <sender member id>` and
 //! `x-flightcache-ring-version: <sender's ring version>`; a node never forwards such a
-//! request again (see `routing::members::decide`). The caller's `authorization` header is
-//! passed on, so auth works unchanged. When the owner cannot be reached the caller gets
+//! request again (see `routing::members::decide`). They carry this node's peer credential
+//! (`auth::Credentials::peer`), so the owner honours those headers; a node without one passes
+//! the caller's `authorization` on. When the owner cannot be reached the caller gets
 //! UNAVAILABLE naming it: `owner analytics-hot-2 (10.244.0.7:50051) is unreachable: …`.
 //! Any answer from the owner itself (NOT_FOUND, RESOURCE_EXHAUSTED, …) is passed on as is.
 //!
@@ -112,6 +113,9 @@ pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Life
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     metrics: Option<Arc<Metrics>>,
+    /// The `authorization` this node presents to its peers (`Bearer <peer token>`);
+    /// none: the caller's own is passed on.
+    authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
 }
 
 pub use crate::metrics::PeerError;
@@ -122,7 +126,27 @@ impl Peers {
         Self {
             channels: Arc::default(),
             metrics: Some(metrics),
+            authorization: None,
         }
+    }
+
+    /// These peers, called with `authorization` (the peer credential's header value)
+    /// instead of the caller's. A value that is not a valid header is not used.
+    #[must_use]
+    pub fn presenting(mut self, authorization: Option<&str>) -> Self {
+        self.authorization = authorization.and_then(|value| value.parse().ok());
+        self
+    }
+
+    /// The `authorization` to send with a call made for a caller whose headers are
+    /// `incoming`: the peer credential, else the caller's own.
+    pub fn authorization<'a>(
+        &'a self,
+        incoming: &'a MetadataMap,
+    ) -> Option<&'a MetadataValue<tonic::metadata::Ascii>> {
+        self.authorization
+            .as_ref()
+            .or_else(|| incoming.get("authorization"))
     }
 
     /// Counts a `method` call relayed to `peer`.
@@ -214,10 +238,10 @@ impl Sender {
     }
 }
 
-fn outgoing<T>(message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T> {
+fn outgoing<T>(peers: &Peers, message: T, incoming: &MetadataMap, sender: &Sender) -> Request<T> {
     let mut request = Request::new(message);
     let metadata = request.metadata_mut();
-    if let Some(auth) = incoming.get("authorization") {
+    if let Some(auth) = peers.authorization(incoming) {
         metadata.insert("authorization", auth.clone());
     }
     if let Ok(member) = MetadataValue::try_from(sender.member.as_str()) {
@@ -295,7 +319,7 @@ pub async fn do_get(
     let response = with_deadline(
         peers,
         peer,
-        client.do_get(outgoing(ticket, incoming, sender)),
+        client.do_get(outgoing(peers, ticket, incoming, sender)),
     )
     .await?;
     let (peers, peer) = (peers.clone(), peer.clone());
@@ -328,7 +352,7 @@ pub async fn do_put(
     let (tx, rx) = tokio::sync::mpsc::channel::<FlightData>(4);
     tokio::spawn(relay_upload(first, rest, tx, failed_tx));
     let upload = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let call = client.do_put(outgoing(upload, incoming, sender));
+    let call = client.do_put(outgoing(peers, upload, incoming, sender));
     let response = tokio::select! {
         response = call => response.map_err(owner_error(peers, peer))?,
         Ok(status) = failed_rx => {
@@ -357,7 +381,7 @@ pub async fn get_flight_info(
     let response = with_deadline(
         peers,
         peer,
-        client.get_flight_info(outgoing(descriptor, incoming, sender)),
+        client.get_flight_info(outgoing(peers, descriptor, incoming, sender)),
     )
     .await?;
     Ok(response.into_inner())
@@ -378,7 +402,7 @@ pub async fn get_schema(
     let response = with_deadline(
         peers,
         peer,
-        client.get_schema(outgoing(descriptor, incoming, sender)),
+        client.get_schema(outgoing(peers, descriptor, incoming, sender)),
     )
     .await?;
     Ok(response.into_inner())
@@ -398,7 +422,7 @@ pub async fn do_action(
     let mut client = peers.client(peer, "DoAction")?;
     let first = with_deadline(peers, peer, async {
         let mut results = client
-            .do_action(outgoing(action, incoming, sender))
+            .do_action(outgoing(peers, action, incoming, sender))
             .await?
             .into_inner();
         results.message().await
@@ -435,7 +459,7 @@ pub async fn send_entry(
         first.flight_descriptor = Some(key.to_descriptor());
     }
     let upload = futures::stream::iter(messages);
-    let mut request = outgoing(upload, incoming, sender);
+    let mut request = outgoing(peers, upload, incoming, sender);
     let metadata = request.metadata_mut();
     metadata.insert(WRITE_HEADER, MetadataValue::from_static(kind.as_str()));
     let millis =
@@ -471,7 +495,7 @@ pub async fn list_flights(
     let mut client = peers.client(peer, "ListFlights")?;
     with_deadline(peers, peer, async {
         let mut infos = client
-            .list_flights(outgoing(criteria, incoming, sender))
+            .list_flights(outgoing(peers, criteria, incoming, sender))
             .await?
             .into_inner();
         let mut all = Vec::new();

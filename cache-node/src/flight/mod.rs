@@ -38,7 +38,7 @@ use serde_json::json;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, Caller};
 use crate::error::Error;
 use crate::key::CacheKey;
 use crate::live::LiveConfig;
@@ -525,6 +525,14 @@ impl FlightService for FlightCacheService {
         let result = async {
             let (action, metadata) = (request.get_ref(), request.metadata());
             let kind = actions::parse(&action.r#type)?;
+            // The auth layer identified the caller; without it (a service built alone) the
+            // caller has a client's rights.
+            let caller = request
+                .extensions()
+                .get::<Caller>()
+                .copied()
+                .unwrap_or(Caller::Client);
+            self.auth.authorize_action(caller, kind)?;
             let body = match kind {
                 actions::NodeAction::Invalidate | actions::NodeAction::Lease => {
                     let key = actions::key_from_body(kind, &action.body)?;

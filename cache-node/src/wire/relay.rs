@@ -154,6 +154,7 @@ impl RelayNode {
             outgoing.headers_mut(),
             &metadata,
             &forward::Sender::of(&self.routing),
+            &self.peers,
         );
         let call = async {
             std::future::poll_fn(|cx| channel.poll_ready(cx)).await?;
@@ -293,14 +294,16 @@ fn ticket_bytes(message: &Bytes) -> Option<Bytes> {
     (buf.remaining() == size).then(|| buf.copy_to_bytes(size))
 }
 
-/// Adds the forwarding headers (and the caller's `authorization`) to `headers`.
+/// Adds the forwarding headers and the `authorization` for the peer (this node's peer
+/// credential, else the caller's) to `headers`.
 fn add_forwarding_headers(
     headers: &mut http::HeaderMap,
     incoming: &MetadataMap,
     sender: &forward::Sender,
+    peers: &Peers,
 ) {
-    if let Some(auth) = incoming.get("authorization").and_then(|v| v.to_str().ok())
-        && let Ok(value) = auth.parse()
+    if let Some(auth) = peers.authorization(incoming)
+        && let Ok(value) = auth.to_str().unwrap_or_default().parse()
     {
         headers.insert("authorization", value);
     }
