@@ -26,12 +26,12 @@ use std::task::{Context, Poll};
 
 use base64::Engine as _;
 use crds::admin::AdminAction;
+use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
-use tonic::Status;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -433,7 +433,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(Status::from(err).code(), tonic::Code::PermissionDenied);
         // A peer sends `clear` on to the other members, nothing else of the admin's.
-        assert!(auth.authorize_action(Caller::Peer, AdminAction::Clear).is_ok());
+        assert!(
+            auth.authorize_action(Caller::Peer, AdminAction::Clear)
+                .is_ok()
+        );
         assert!(
             auth.authorize_action(Caller::Peer, AdminAction::Configure)
                 .is_err()
@@ -449,7 +452,10 @@ mod tests {
             ("peer-token", true),
         ] {
             let mut metadata = with_header(&format!("Bearer {token}"));
-            metadata.insert("x-flightcache-ring-version", "18446744073709551615".parse().unwrap());
+            metadata.insert(
+                "x-flightcache-ring-version",
+                "18446744073709551615".parse().unwrap(),
+            );
             let result = auth.admit(&metadata);
             assert_eq!(result.is_ok(), allowed, "{token}");
             if let Err(err) = result {

@@ -269,6 +269,7 @@ async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_chang
         nodes: Vec::new(),
         addresses: cluster.addresses.clone(),
         replicas: 1,
+        tokens: None,
     };
     let body = json!({"topology": survivors.topology(2, &[1])}).to_string();
     for i in [0, 2] {

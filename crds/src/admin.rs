@@ -90,9 +90,7 @@ impl AdminAction {
     pub fn needs_admin(self) -> bool {
         match self {
             Self::Ping | Self::Invalidate | Self::InvalidatePrefix | Self::Lease => false,
-            Self::Clear | Self::Stats | Self::Configure | Self::Topology | Self::Rebalance => {
-                true
-            }
+            Self::Clear | Self::Stats | Self::Configure | Self::Topology | Self::Rebalance => true,
         }
     }
 

@@ -22,6 +22,16 @@ pub struct Cluster {
     pub nodes: Vec<Option<RunningNode>>,
     pub addresses: Vec<String>,
     pub replicas: u8,
+    /// The credentials of a secured cluster (`start_secured`), and the folder of their files.
+    pub tokens: Option<(Tokens, tempfile::TempDir)>,
+}
+
+/// The tokens of a secured cluster.
+#[derive(Clone)]
+pub struct Tokens {
+    pub client: String,
+    pub admin: String,
+    pub peer: String,
 }
 
 impl Cluster {
@@ -30,10 +40,40 @@ impl Cluster {
     }
 
     pub async fn start_with_replicas(n: usize, replicas: u8) -> Self {
+        Self::start_with(n, replicas, None).await
+    }
+
+    /// A cluster whose nodes need a client token and know an admin and a peer token;
+    /// its rings are published with the admin token.
+    pub async fn start_secured(n: usize) -> Self {
+        let tokens = Tokens {
+            client: "client-token".into(),
+            admin: "admin-token".into(),
+            peer: "peer-token".into(),
+        };
+        Self::start_with(n, 1, Some(tokens)).await
+    }
+
+    async fn start_with(n: usize, replicas: u8, tokens: Option<Tokens>) -> Self {
+        let tokens = tokens.map(|tokens| (tokens, tempfile::tempdir().unwrap()));
+        let mut flags: Vec<String> = Vec::new();
+        if let Some((tokens, dir)) = &tokens {
+            for (flag, token) in [
+                ("--auth-token-file", &tokens.client),
+                ("--admin-token-file", &tokens.admin),
+                ("--peer-token-file", &tokens.peer),
+            ] {
+                let file = dir.path().join(flag.trim_start_matches('-'));
+                std::fs::write(&file, token).unwrap();
+                flags.extend([flag.to_owned(), file.to_str().unwrap().to_owned()]);
+            }
+        }
         let mut nodes = Vec::new();
         for i in 0..n {
             let id = format!("n-{i}");
-            nodes.push(Some(start_node(&["--member-id", &id]).await));
+            let mut args: Vec<&str> = vec!["--member-id", &id];
+            args.extend(flags.iter().map(String::as_str));
+            nodes.push(Some(start_node(&args).await));
         }
         let addresses = nodes
             .iter()
@@ -43,6 +83,7 @@ impl Cluster {
             nodes,
             addresses,
             replicas,
+            tokens,
         };
         cluster.publish(1, &[]).await;
         cluster
@@ -79,7 +120,7 @@ impl Cluster {
     pub async fn publish_document(&self, topology: serde_json::Value) {
         let body = json!({ "topology": topology }).to_string();
         for node in self.nodes.iter().flatten() {
-            action(&mut client(node).await, "configure", body.as_bytes())
+            action(&mut self.admin(node).await, "configure", body.as_bytes())
                 .await
                 .unwrap();
         }
@@ -105,12 +146,23 @@ impl Cluster {
     pub async fn publish(&self, version: u64, draining: &[usize]) {
         let body = json!({"topology": self.topology(version, draining)}).to_string();
         for node in self.nodes.iter().flatten() {
-            let answer = action(&mut client(node).await, "configure", body.as_bytes())
+            let answer = action(&mut self.admin(node).await, "configure", body.as_bytes())
                 .await
                 .unwrap();
             let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
             assert_eq!(answer["ringVersion"], version);
         }
+    }
+
+    /// A client of `node` that presents the admin token, if the cluster has one.
+    pub async fn admin(&self, node: &RunningNode) -> FlightClient {
+        let mut admin = client(node).await;
+        if let Some((tokens, _)) = &self.tokens {
+            admin
+                .add_header("authorization", &format!("Bearer {}", tokens.admin))
+                .unwrap();
+        }
+        admin
     }
 
     pub async fn client(&self, i: usize) -> FlightClient {

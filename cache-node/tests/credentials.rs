@@ -1,0 +1,270 @@
+//! The credential matrix of `docs/security.md` against a secured two-node cluster (client
+//! token, admin token, peer token): every RPC and every action, on a key the node owns and
+//! on one it forwards, with no credential, a wrong one, the client's, the admin's and the
+//! peer's; the internal headers from callers that are not peers; a forged ring.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cluster;
+mod common;
+
+use arrow_flight::FlightClient;
+use arrow_flight::error::FlightError;
+use bytes::Bytes;
+use cluster::*;
+use common::*;
+use crds::admin::AdminAction;
+use futures::TryStreamExt;
+use serde_json::json;
+use tonic::Code;
+
+/// What a call may get: through (any answer but a credential refusal), or refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Through,
+    Unauthenticated,
+    PermissionDenied,
+}
+
+fn outcome<T>(result: Result<T, FlightError>) -> (Outcome, String) {
+    match result {
+        Ok(_) => (Outcome::Through, "ok".into()),
+        Err(err) => {
+            let status = status(err);
+            let outcome = match status.code() {
+                Code::Unauthenticated => Outcome::Unauthenticated,
+                Code::PermissionDenied => Outcome::PermissionDenied,
+                _ => Outcome::Through,
+            };
+            (
+                outcome,
+                format!("{:?}: {}", status.code(), status.message()),
+            )
+        }
+    }
+}
+
+/// A body each action accepts, on `key`.
+fn action_body(action: AdminAction, key: &str) -> Vec<u8> {
+    match action {
+        AdminAction::Invalidate | AdminAction::Lease => key.as_bytes().to_vec(),
+        AdminAction::InvalidatePrefix => b"matrix-gone/".to_vec(),
+        AdminAction::Configure => json!({"ttl": "1h"}).to_string().into_bytes(),
+        AdminAction::Rebalance => json!({"dryRun": true}).to_string().into_bytes(),
+        AdminAction::Ping | AdminAction::Clear | AdminAction::Stats | AdminAction::Topology => {
+            Vec::new()
+        }
+    }
+}
+
+/// Every RPC and action of `client` on `key`, each with its outcome.
+async fn every_call(client: &mut FlightClient, key: &str) -> Vec<(String, Outcome, String)> {
+    let mut calls = Vec::new();
+    let mut record = |name: &str, (outcome, detail): (Outcome, String)| {
+        calls.push((name.to_owned(), outcome, detail));
+    };
+    record(
+        "DoPut",
+        outcome(put(client, path(key), vec![sample_batch(10, 0)], None).await),
+    );
+    record("DoGet", outcome(get(client, path_ticket(key)).await));
+    record(
+        "GetFlightInfo",
+        outcome(client.get_flight_info(path(key)).await),
+    );
+    record("GetSchema", outcome(client.get_schema(path(key)).await));
+    let listed = match client.list_flights(Bytes::new()).await {
+        Ok(stream) => stream.try_collect::<Vec<_>>().await,
+        Err(err) => Err(err),
+    };
+    record("ListFlights", outcome(listed));
+    let actions = match client.list_actions().await {
+        Ok(stream) => stream.try_collect::<Vec<_>>().await,
+        Err(err) => Err(err),
+    };
+    record("ListActions", outcome(actions));
+    for kind in AdminAction::ALL {
+        let body = action_body(kind, key);
+        record(
+            &format!("DoAction {kind}"),
+            outcome(action(client, kind.as_str(), &body).await),
+        );
+    }
+    calls
+}
+
+/// What `who` should get from `call`.
+fn expected(who: &str, call: &str) -> Outcome {
+    // The admin actions as docs/security.md lists them.
+    let admin_action = [
+        "DoAction clear",
+        "DoAction stats",
+        "DoAction configure",
+        "DoAction topology",
+        "DoAction rebalance",
+    ]
+    .contains(&call);
+    match who {
+        "no credential" | "a wrong token" => Outcome::Unauthenticated,
+        "admin" => Outcome::Through,
+        "peer" if call == "DoAction clear" => Outcome::Through,
+        "client" | "peer" if admin_action => Outcome::PermissionDenied,
+        _ => Outcome::Through,
+    }
+}
+
+#[tokio::test]
+async fn every_rpc_and_action_answers_each_credential_as_the_matrix_says() {
+    let cluster = Cluster::start_secured(2).await;
+    let tokens = cluster.tokens.as_ref().unwrap().0.clone();
+    let ring = cluster.ring(&[]);
+    let local = keys_owned_by(&ring, "n-0", "matrix", 1).remove(0);
+    let forwarded = keys_owned_by(&ring, "n-1", "matrix", 1).remove(0);
+    let mut checked = 0;
+    for (who, token) in [
+        ("no credential", None),
+        ("a wrong token", Some("guess")),
+        ("client", Some(tokens.client.as_str())),
+        ("peer", Some(tokens.peer.as_str())),
+        ("admin", Some(tokens.admin.as_str())),
+    ] {
+        // Node 0 serves `local` itself and forwards `forwarded` to node 1 with its peer
+        // token: a client's forwarded call works, an admin action stays refused.
+        for key in [&local, &forwarded] {
+            let mut client = cluster.client(0).await;
+            if let Some(token) = token {
+                client
+                    .add_header("authorization", &format!("Bearer {token}"))
+                    .unwrap();
+            }
+            for (call, got, detail) in every_call(&mut client, key).await {
+                let want = expected(who, &call);
+                assert_eq!(got, want, "{call} on {key} by {who}: {detail}");
+                if got == Outcome::PermissionDenied {
+                    assert!(
+                        detail.contains("needs the cluster's admin credential"),
+                        "{detail}"
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 5 * 2 * (6 + AdminAction::ALL.len()));
+    println!("{checked} calls checked against the credential matrix");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_put_through_a_node_that_forwards_reaches_the_owner_with_the_peer_token() {
+    let cluster = Cluster::start_secured(2).await;
+    let tokens = cluster.tokens.as_ref().unwrap().0.clone();
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-1", "fwd", 1).remove(0);
+    let mut via0 = cluster.client(0).await;
+    via0.add_header("authorization", &format!("Bearer {}", tokens.client))
+        .unwrap();
+    let batches = vec![sample_batch(100, 7)];
+    put(&mut via0, path(&key), batches.clone(), None)
+        .await
+        .unwrap();
+    assert!(holds(cluster.node(1), &key) && !holds(cluster.node(0), &key));
+    assert_eq!(get(&mut via0, path_ticket(&key)).await.unwrap(), batches);
+    // The admin's clear reaches node 1 through node 0 (sent on with the peer token).
+    let mut admin = cluster.admin(cluster.node(0)).await;
+    let removed = action(&mut admin, "clear", b"").await.unwrap();
+    assert_eq!(&removed[..], br#"{"removed":1}"#);
+    assert!(!holds(cluster.node(1), &key));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn internal_headers_are_refused_from_clients_and_the_admin() {
+    let cluster = Cluster::start_secured(2).await;
+    let tokens = cluster.tokens.as_ref().unwrap().0.clone();
+    for (who, token) in [("client", &tokens.client), ("admin", &tokens.admin)] {
+        for (header, value) in [
+            ("x-flightcache-forwarded", "n-1"),
+            ("x-flightcache-ring-version", "18446744073709551615"),
+            ("x-flightcache-write", "migration"),
+            ("x-flightcache-entry-ttl-ms", "1"),
+        ] {
+            let mut client = cluster.client(0).await;
+            client
+                .add_header("authorization", &format!("Bearer {token}"))
+                .unwrap();
+            client.add_header(header, value).unwrap();
+            let err = status(
+                put(
+                    &mut client,
+                    path("forged/1"),
+                    vec![sample_batch(1, 0)],
+                    None,
+                )
+                .await
+                .unwrap_err(),
+            );
+            assert_eq!(err.code(), Code::PermissionDenied, "{header} from {who}");
+            assert!(
+                err.message().contains(header)
+                    && err.message().contains("only from the pool's nodes"),
+                "{}",
+                err.message()
+            );
+        }
+    }
+    assert_eq!(cluster.node(0).store.stats().entries, 0);
+    // The same header from a peer is honoured: a migration copy is stored here.
+    let mut peer = cluster.client(0).await;
+    peer.add_header("authorization", &format!("Bearer {}", tokens.peer))
+        .unwrap();
+    peer.add_header("x-flightcache-write", "migration").unwrap();
+    put(&mut peer, path("handed/1"), vec![sample_batch(1, 0)], None)
+        .await
+        .unwrap();
+    assert!(holds(cluster.node(0), "handed/1"));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_forged_ring_from_a_client_is_refused_and_the_operators_rings_still_apply() {
+    let cluster = Cluster::start_secured(2).await;
+    let tokens = cluster.tokens.as_ref().unwrap().0.clone();
+    let forged = json!({"topology": {
+        "version": u64::MAX,
+        "replicas": 1,
+        "members": [{"id": "n-0", "address": "198.51.100.7:50051", "state": "active"}],
+    }})
+    .to_string();
+    let mut client = cluster.client(0).await;
+    client
+        .add_header("authorization", &format!("Bearer {}", tokens.client))
+        .unwrap();
+    let err = status(
+        action(&mut client, "configure", forged.as_bytes())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert_eq!(ring_version(&cluster).await, 1);
+    // The operator's next ring applies; an older one is refused (rings only go forward).
+    cluster.publish(2, &[]).await;
+    let mut admin = cluster.admin(cluster.node(0)).await;
+    let older = json!({"topology": cluster.topology(1, &[])}).to_string();
+    let err = status(
+        action(&mut admin, "configure", older.as_bytes())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert_eq!(ring_version(&cluster).await, 2);
+    cluster.shutdown().await;
+}
+
+/// The ring version node 0 routes by, as its `topology` action says.
+async fn ring_version(cluster: &Cluster) -> u64 {
+    let mut admin = cluster.admin(cluster.node(0)).await;
+    let answer = action(&mut admin, "topology", b"").await.unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    answer["version"].as_u64().unwrap()
+}
