@@ -131,6 +131,11 @@ fn every_rule_sits_on_its_field_with_its_message() {
         ),
         ("spec.auth.key", rules::SECRET_KEY, rules::AUTH_KEY_MSG),
         (
+            "spec.auth",
+            rules::AUTH_DISABLED_ALONE,
+            rules::AUTH_DISABLED_ALONE_MSG,
+        ),
+        (
             "spec.tls.secretName",
             rules::DNS_SUBDOMAIN,
             rules::TLS_SECRET_MSG,

@@ -31,7 +31,7 @@ use crate::observe::{self, Observed};
 use crate::plan::{self, NodeView, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
 use crate::validate::{self, Defaults, ValidatedCluster};
-use crate::{apply, execute, ring, rollout};
+use crate::{apply, execute, ring, rollout, secrets};
 
 /// How soon to look again while a pool changes (each pass takes one step).
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
@@ -120,7 +120,24 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             return Err(Error::InvalidSpec(invalid));
         }
     };
-    let admin = node_admin(&ctx, &cluster).await?;
+    let admin = match node_admin(&ctx, &cluster).await {
+        Ok(admin) => admin,
+        Err(err) => {
+            // A generated Secret that cannot be made or used (say, one of that name not
+            // owned by this cluster) blocks every node call: Degraded, with the reason.
+            let message = crate::chain(&err);
+            let status = status::compute(
+                cc.status.as_ref(),
+                cc.metadata.generation,
+                &Outcome::ApplyFailed(message.clone()),
+                &now(),
+            );
+            status::apply_status(&ctx.client, &cc, &status).await?;
+            ctx.publish(&cc, EventType::Warning, "SecretFailed", message)
+                .await;
+            return Err(err);
+        }
+    };
     let observations = observe_pools(
         &cluster,
         &observed,
@@ -145,7 +162,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     execute::run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
     record_pool_metrics(&ctx.metrics, &cluster, &plans);
     let progressing = plans.iter().any(|(plan, _)| plan.progressing());
-    let status = status::compute(
+    let mut status = status::compute(
         cc.status.as_ref(),
         cc.metadata.generation,
         &Outcome::Reconciled {
@@ -154,6 +171,10 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         },
         &now(),
     );
+    status.client_token_secret = cluster
+        .client_token
+        .as_ref()
+        .map(|token| format!("{}/{}", token.secret, token.key));
     if cc.status.as_ref() != Some(&status) {
         status::apply_status(&ctx.client, &cc, &status).await?;
     }
@@ -164,15 +185,11 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     }))
 }
 
-/// The client for the cluster's nodes (with its auth token, read from the Secret).
+/// The client for the cluster's nodes, with the admin token of the cluster's internal
+/// Secret (created on the first pass).
 async fn node_admin(ctx: &Context, cluster: &ValidatedCluster) -> Result<NodeAdmin> {
-    let token = match &cluster.auth {
-        Some((secret, key)) => {
-            Some(observe::read_token(&ctx.client, &cluster.namespace, secret, key).await?)
-        }
-        None => None,
-    };
-    Ok(NodeAdmin::new(i32::from(cluster.port), token))
+    let tokens = secrets::ensure(&ctx.client, cluster).await?;
+    Ok(NodeAdmin::new(i32::from(cluster.port), Some(tokens.admin)))
 }
 
 /// Reports a failed apply (in status when the pools' own objects failed) and returns

@@ -6,18 +6,30 @@ use crds::cachecluster::InvalidSpec;
 /// Result with the operator's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Why the auth token could not be read from its Secret.
+/// Why a generated Secret (the internal one, or the client token) cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum TokenError {
+pub enum SecretError {
     /// The Secret cannot be read.
     #[error("the Secret cannot be read")]
     Get(#[source] kube::Error),
-    /// The Secret has no such key.
-    #[error("the key is missing")]
-    MissingKey,
-    /// The token is not text.
-    #[error("the token is not UTF-8")]
+    /// The Secret cannot be created.
+    #[error("the Secret cannot be created")]
+    Create(#[source] kube::Error),
+    /// A Secret of that name exists and is not this cluster's: it is neither used nor
+    /// overwritten.
+    #[error(
+        "a Secret of that name exists and is not owned by this CacheCluster; delete or rename it"
+    )]
+    NotOwned,
+    /// The Secret lacks a key.
+    #[error("the key {0} is missing")]
+    MissingKey(&'static str),
+    /// A token is not text.
+    #[error("a token is not UTF-8")]
     NotUtf8(#[source] std::string::FromUtf8Error),
+    /// The operating system gave no random bytes for a new token.
+    #[error("no random bytes for a token: {0}")]
+    Random(String),
 }
 
 /// What a reconcile can fail with.
@@ -68,16 +80,14 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// The auth Secret named in the spec cannot be read, so nodes cannot be called.
-    #[error("cannot read the auth token from Secret {secret} key {key}")]
-    AuthSecret {
+    /// A Secret the operator generates and owns cannot be used.
+    #[error("cannot use Secret {secret}")]
+    Secret {
         /// Secret name.
         secret: String,
-        /// Key in the Secret.
-        key: String,
         /// Why.
         #[source]
-        source: TokenError,
+        source: SecretError,
     },
     /// Writing status failed.
     #[error("failed to write status of {name}")]
@@ -99,7 +109,7 @@ impl Error {
             Self::Apply { .. } => "apply",
             Self::Delete { .. } => "delete",
             Self::Rollout { .. } => "rollout",
-            Self::AuthSecret { .. } => "auth_secret",
+            Self::Secret { .. } => "secret",
             Self::Status { .. } => "status",
         }
     }

@@ -23,6 +23,7 @@ pub(crate) mod observe;
 pub(crate) mod plan;
 pub(crate) mod ring;
 pub(crate) mod rollout;
+pub(crate) mod secrets;
 pub(crate) mod status;
 pub mod telemetry;
 pub mod validate;

@@ -2,12 +2,12 @@
 
 use crds::node_config::{NodeDocument, Topology};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::build::names;
-use crate::error::{Error, Result, TokenError};
+use crate::error::{Error, Result};
 
 /// The observed children of one CacheCluster.
 #[derive(Debug, Clone, Default)]
@@ -64,36 +64,6 @@ pub async fn observe(client: &Client, namespace: &str, cluster: &str) -> Result<
         pods,
         configmaps,
     })
-}
-
-/// The bearer token in key `key` of Secret `secret`, for the operator's calls to nodes.
-///
-/// # Errors
-/// [`Error::AuthSecret`] when the Secret or the key cannot be read.
-pub async fn read_token(
-    client: &Client,
-    namespace: &str,
-    secret: &str,
-    key: &str,
-) -> Result<String> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let failed = |source: TokenError| Error::AuthSecret {
-        secret: secret.to_owned(),
-        key: key.to_owned(),
-        source,
-    };
-    let found = api
-        .get(secret)
-        .await
-        .map_err(|err| failed(TokenError::Get(err)))?;
-    let bytes = found
-        .data
-        .as_ref()
-        .and_then(|data| data.get(key))
-        .ok_or_else(|| failed(TokenError::MissingKey))?;
-    let token =
-        String::from_utf8(bytes.0.clone()).map_err(|err| failed(TokenError::NotUtf8(err)))?;
-    Ok(token.trim().to_owned())
 }
 
 async fn list<K>(

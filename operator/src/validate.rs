@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use crds::cachecluster::{CacheCluster, FieldError, InvalidSpec, PoolSpec};
+use crds::cachecluster::{AuthSpec, CacheCluster, FieldError, InvalidSpec, PoolSpec};
+
+use crate::build::names::{self, GENERATED_TOKEN_KEY};
 use crds::node_config::{EvictionPolicy, LocationMode, TtlMode};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -62,14 +64,25 @@ pub struct ValidatedCluster {
     pub metrics_port: u16,
     /// Whether a prometheus-operator ServiceMonitor scrapes the nodes.
     pub service_monitor: bool,
-    /// Secret name and key of the auth token, if auth is on.
-    pub auth: Option<(String, String)>,
+    /// Where the clients' token is; none when `spec.auth.disabled`.
+    pub client_token: Option<ClientToken>,
     /// Image pull policy of node containers.
     pub image_pull_policy: String,
     /// DNS domain of the Kubernetes cluster.
     pub cluster_domain: String,
     /// Pools in spec order.
     pub pools: Vec<ValidatedPool>,
+}
+
+/// The Secret holding the clients' token(s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientToken {
+    /// Secret name.
+    pub secret: String,
+    /// Key in the Secret.
+    pub key: String,
+    /// Whether the operator generates and owns the Secret (no `spec.auth.secretName`).
+    pub generated: bool,
 }
 
 /// One pool, every value derived.
@@ -153,6 +166,7 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
     if !errors.is_empty() {
         return Err(InvalidSpec { errors });
     }
+    let client_token = client_token(&name, cc.spec.auth.clone().unwrap_or_default());
     Ok(ValidatedCluster {
         name,
         namespace,
@@ -161,14 +175,29 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         port,
         metrics_port,
         service_monitor: cc.spec.monitoring.service_monitor,
-        auth: cc
-            .spec
-            .auth
-            .as_ref()
-            .map(|a| (a.secret_name.clone(), a.key.clone())),
+        client_token,
         image_pull_policy: defaults.image_pull_policy.clone(),
         cluster_domain: defaults.cluster_domain.clone(),
         pools,
+    })
+}
+
+/// Auth is on unless disabled: the named Secret, else the generated one.
+fn client_token(cluster: &str, auth: AuthSpec) -> Option<ClientToken> {
+    if auth.disabled {
+        return None;
+    }
+    Some(match auth.secret_name {
+        Some(secret) => ClientToken {
+            secret,
+            key: auth.key,
+            generated: false,
+        },
+        None => ClientToken {
+            secret: names::client_token_secret(cluster),
+            key: GENERATED_TOKEN_KEY.to_owned(),
+            generated: true,
+        },
     })
 }
 
@@ -266,6 +295,33 @@ mod tests {
             compute_max_entry_bytes(compute_budget_bytes(8 << 30)),
             256 << 20
         );
+    }
+
+    #[test]
+    fn client_auth_is_on_unless_disabled() {
+        let mut cc = cluster(&[("hot", 1)]);
+        let generated = validate(&cc, &defaults()).unwrap().client_token;
+        assert_eq!(
+            generated,
+            Some(ClientToken {
+                secret: "demo-client-token".into(),
+                key: "token".into(),
+                generated: true,
+            })
+        );
+        cc.spec.auth = Some(AuthSpec {
+            secret_name: Some("mine".into()),
+            key: "k".into(),
+            disabled: false,
+        });
+        let named = validate(&cc, &defaults()).unwrap().client_token.unwrap();
+        assert_eq!((named.secret.as_str(), named.key.as_str()), ("mine", "k"));
+        assert!(!named.generated);
+        cc.spec.auth = Some(AuthSpec {
+            disabled: true,
+            ..AuthSpec::default()
+        });
+        assert_eq!(validate(&cc, &defaults()).unwrap().client_token, None);
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
     ("spec.auth", ChangeClass::RestartWithHandoff),
     ("spec.auth.secretName", ChangeClass::RestartWithHandoff),
     ("spec.auth.key", ChangeClass::RestartWithHandoff),
+    ("spec.auth.disabled", ChangeClass::RestartWithHandoff),
     ("spec.tls", ChangeClass::RestartWithHandoff),
     ("spec.tls.secretName", ChangeClass::RestartWithHandoff),
     (

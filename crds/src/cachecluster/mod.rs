@@ -117,9 +117,14 @@ pub struct CacheClusterSpec {
     #[serde(default = "defaults::port")]
     pub port: i32,
 
-    /// Token authentication. When set, every Flight call but `Handshake` must carry
-    /// `authorization: Bearer <token>`, the token being read from the Secret. Unset:
-    /// no authentication.
+    /// Client authentication, on by default: every Flight call but `Handshake` must carry
+    /// `authorization: Bearer <token>` with a token from the Secret `auth.secretName`
+    /// names, or, when it names none (or `auth` is unset), from the Secret
+    /// `<cluster>-client-token` (key `token`) that the operator generates and owns;
+    /// `status.clientTokenSecret` names the Secret in use. `auth.disabled: true` serves
+    /// clients without a token. Either way the admin actions (configure, stats, topology,
+    /// clear, rebalance) need the cluster's admin token and nodes call each other with a
+    /// peer token, both in the operator-owned Secret `<cluster>-internal`.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
@@ -135,16 +140,19 @@ pub struct CacheClusterSpec {
     pub monitoring: MonitoringSpec,
 }
 
-/// Token authentication from a Secret.
+/// Client token authentication.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new(rules::AUTH_DISABLED_ALONE).message(rules::AUTH_DISABLED_ALONE_MSG))]
 #[serde(rename_all = "camelCase")]
 pub struct AuthSpec {
-    /// Name of a Secret in the cluster's namespace that holds the token clients must
-    /// present.
+    /// Name of a Secret in the cluster's namespace whose key `key` holds the token(s)
+    /// clients must present, one per line (two while a token is rotated). Unset: the
+    /// operator generates the Secret `<cluster>-client-token`.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::AUTH_SECRET_MSG))]
     #[schemars(length(max = 253))]
-    pub secret_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
 
     /// Key of the token in the Secret's data.
     /// Change: restart with handoff.
@@ -152,6 +160,23 @@ pub struct AuthSpec {
     #[schemars(length(max = 253))]
     #[serde(default = "defaults::auth_key")]
     pub key: String,
+
+    /// Serve clients without a token (the admin and peer credentials stay on). Only
+    /// for pools that a NetworkPolicy or the network itself keeps private.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
+}
+
+impl Default for AuthSpec {
+    /// A generated token (what an unset `spec.auth` means).
+    fn default() -> Self {
+        Self {
+            secret_name: None,
+            key: defaults::auth_key(),
+            disabled: false,
+        }
+    }
 }
 
 /// TLS certificates from a Secret.

@@ -58,6 +58,11 @@ pub const STORAGE_CLASS_MSG: &str = "spec.pools[].persistence.storageClassName m
 
 /// A key of a Secret's data.
 pub const SECRET_KEY: &str = "self.matches('^[-._a-zA-Z0-9]+$')";
+/// `spec.auth.disabled` and a Secret name exclude each other.
+pub const AUTH_DISABLED_ALONE: &str =
+    "!has(self.disabled) || !self.disabled || !has(self.secretName)";
+/// Message of [`AUTH_DISABLED_ALONE`].
+pub const AUTH_DISABLED_ALONE_MSG: &str = "spec.auth.disabled: true serves clients without a token, so spec.auth.secretName must be unset";
 /// Message of [`SECRET_KEY`] on `spec.auth.key`.
 pub const AUTH_KEY_MSG: &str =
     "spec.auth.key must be a Secret key: letters, digits, '-', '_' and '.'";

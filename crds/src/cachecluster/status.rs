@@ -47,6 +47,12 @@ pub struct CacheClusterStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolStatus>,
+
+    /// The Secret holding the token(s) clients present, as `<secret>/<key>` (e.g.
+    /// `analytics-client-token/token`): the one `spec.auth.secretName` names or the one
+    /// the operator generated. Unset when `spec.auth.disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_token_secret: Option<String>,
 }
 
 /// Observed state of one pool.

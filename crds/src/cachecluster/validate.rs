@@ -84,8 +84,13 @@ pub fn validate_spec(cluster_name: &str, spec: &CacheClusterSpec) -> Result<(), 
         errors.push("spec.port", rules::PORTS_DIFFER_MSG);
     }
     if let Some(auth) = &spec.auth {
-        if !is_dns_subdomain(&auth.secret_name) {
+        if let Some(secret_name) = &auth.secret_name
+            && !is_dns_subdomain(secret_name)
+        {
             errors.push("spec.auth.secretName", rules::AUTH_SECRET_MSG);
+        }
+        if auth.disabled && auth.secret_name.is_some() {
+            errors.push("spec.auth", rules::AUTH_DISABLED_ALONE_MSG);
         }
         if !is_secret_key(&auth.key) {
             errors.push("spec.auth.key", rules::AUTH_KEY_MSG);

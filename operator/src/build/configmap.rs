@@ -24,9 +24,19 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
         ttl_mode: Some(pool.ttl_mode),
         eviction: Some(pool.eviction),
         auth_token_file: cluster
-            .auth
+            .client_token
             .as_ref()
             .map(|_| format!("{}/auth/token", names::NODE_CONFIG_DIR)),
+        admin_token_file: Some(format!(
+            "{}/internal/{}",
+            names::NODE_CONFIG_DIR,
+            names::ADMIN_TOKEN_KEY
+        )),
+        peer_token_file: Some(format!(
+            "{}/internal/{}",
+            names::NODE_CONFIG_DIR,
+            names::PEER_TOKEN_KEY
+        )),
         shutdown_grace: Some("20s".into()),
         location_mode: Some(pool.location_mode),
         // The node's default (10,000); the CRD has no field for it.
@@ -100,6 +110,33 @@ mod tests {
             Some(cluster.pools[0].budget_bytes)
         );
         assert_eq!(doc.ttl_duration().unwrap(), Some(cluster.pools[0].ttl));
+        // Auth is on by default: the generated client token, and always the admin
+        // and peer tokens.
+        assert_eq!(
+            doc.auth_token_file.as_deref(),
+            Some("/etc/flightcache/auth/token")
+        );
+        assert_eq!(
+            doc.admin_token_file.as_deref(),
+            Some("/etc/flightcache/internal/admin-token")
+        );
+        assert_eq!(
+            doc.peer_token_file.as_deref(),
+            Some("/etc/flightcache/internal/peer-token")
+        );
+    }
+
+    #[test]
+    fn disabled_client_auth_keeps_the_admin_and_peer_tokens() {
+        let mut cc = crate::validate::fixtures::cluster(&[("hot", 1)]);
+        cc.spec.auth = Some(crds::cachecluster::AuthSpec {
+            disabled: true,
+            ..Default::default()
+        });
+        let cluster =
+            crate::validate::validate(&cc, &crate::validate::fixtures::defaults()).unwrap();
+        let doc = compute_node_config(&cluster, &cluster.pools[0]);
         assert_eq!(doc.auth_token_file, None);
+        assert!(doc.admin_token_file.is_some() && doc.peer_token_file.is_some());
     }
 }

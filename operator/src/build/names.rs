@@ -26,6 +26,24 @@ pub const NODE_CONFIG_KEY: &str = "node.json";
 /// Where the node config is mounted in a node container.
 pub const NODE_CONFIG_DIR: &str = "/etc/flightcache";
 
+/// Key of the token in the client token Secret the operator generates.
+pub const GENERATED_TOKEN_KEY: &str = "token";
+/// Key of the admin token in the cluster's internal Secret.
+pub const ADMIN_TOKEN_KEY: &str = "admin-token";
+/// Key of the peer token in the cluster's internal Secret.
+pub const PEER_TOKEN_KEY: &str = "peer-token";
+
+/// Name of the client token Secret the operator generates when `spec.auth` names none.
+pub fn client_token_secret(cluster: &str) -> String {
+    format!("{cluster}-client-token")
+}
+
+/// Name of the cluster's internal Secret: the admin and peer tokens, generated and owned
+/// by the operator, mounted by every node.
+pub fn internal_secret(cluster: &str) -> String {
+    format!("{cluster}-internal")
+}
+
 /// Name of the StatefulSet, client Service, ConfigMap and PDB of a pool.
 pub fn pool_object(cluster: &str, pool: &str) -> String {
     format!("{cluster}-{pool}")

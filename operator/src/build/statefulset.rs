@@ -142,23 +142,46 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
         read_only: Some(true),
         ..VolumeMount::default()
     }];
-    if let Some((secret, key)) = &cluster.auth {
+    // The clients' token(s) at auth/token, the admin and peer tokens under internal/.
+    // (volume and folder, Secret, [(key, file)])
+    type SecretMount<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
+    let mut secrets: Vec<SecretMount> = vec![(
+        "internal",
+        names::internal_secret(&cluster.name),
+        vec![
+            (names::ADMIN_TOKEN_KEY, names::ADMIN_TOKEN_KEY),
+            (names::PEER_TOKEN_KEY, names::PEER_TOKEN_KEY),
+        ],
+    )];
+    if let Some(token) = &cluster.client_token {
+        secrets.push((
+            "auth",
+            token.secret.clone(),
+            vec![(token.key.as_str(), "token")],
+        ));
+    }
+    for (volume, secret, items) in secrets {
         volumes.push(Volume {
-            name: "auth".into(),
+            name: volume.into(),
             secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.clone()),
-                items: Some(vec![KeyToPath {
-                    key: key.clone(),
-                    path: "token".into(),
-                    mode: None,
-                }]),
+                secret_name: Some(secret),
+                items: Some(
+                    items
+                        .into_iter()
+                        .map(|(key, path)| KeyToPath {
+                            key: key.into(),
+                            path: path.into(),
+                            mode: None,
+                        })
+                        .collect(),
+                ),
                 ..SecretVolumeSource::default()
             }),
             ..Volume::default()
         });
         mounts.push(VolumeMount {
-            name: "auth".into(),
-            mount_path: format!("{}/auth", names::NODE_CONFIG_DIR),
+            name: volume.into(),
+            mount_path: format!("{}/{volume}", names::NODE_CONFIG_DIR),
             read_only: Some(true),
             ..VolumeMount::default()
         });

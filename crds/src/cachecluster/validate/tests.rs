@@ -63,8 +63,9 @@ fn serde_fills_the_same_defaults_as_the_constructors() {
             .unwrap();
     let mut expected = spec(vec![PoolSpec::new("default")]);
     expected.auth = Some(AuthSpec {
-        secret_name: "s".into(),
+        secret_name: Some("s".into()),
         key: "token".into(),
+        disabled: false,
     });
     assert_eq!(parsed, expected);
 }
@@ -287,16 +288,23 @@ fn cluster_wide_fields_are_checked() {
     );
     s.image = None;
     s.auth = Some(AuthSpec {
-        secret_name: "Bad_Name".into(),
+        secret_name: Some("Bad_Name".into()),
         key: "bad key".into(),
+        disabled: true,
     });
     assert_eq!(
         messages(validate_spec("c", &s)),
         [
             ("spec.auth.secretName".to_owned(), rules::AUTH_SECRET_MSG),
+            ("spec.auth".to_owned(), rules::AUTH_DISABLED_ALONE_MSG),
             ("spec.auth.key".to_owned(), rules::AUTH_KEY_MSG)
         ]
     );
+    s.auth = Some(AuthSpec {
+        disabled: true,
+        ..AuthSpec::default()
+    });
+    assert!(validate_spec("c", &s).is_ok());
 }
 
 #[test]

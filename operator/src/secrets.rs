@@ -1,0 +1,198 @@
+//! The Secrets the operator generates for a cluster: the internal Secret
+//! (`<cluster>-internal`: the admin token the operator calls nodes with, and the peer
+//! token nodes call each other with), and the client token Secret
+//! (`<cluster>-client-token`) when `spec.auth` names none.
+//!
+//! Each is created once with random tokens (32 bytes from the OS, hex) and owned by the
+//! CacheCluster, so it goes with it; it is never overwritten, because the running nodes
+//! read their tokens at start. A Secret of that name that this cluster does not own is
+//! refused, never adopted: its tokens were chosen by someone else. The operator reads
+//! only these Secrets; a Secret `spec.auth.secretName` names is mounted by the nodes and
+//! never read here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::build::names;
+use crate::error::{Error, Result, SecretError};
+use crate::validate::ValidatedCluster;
+
+/// The tokens the operator itself needs.
+pub struct ClusterTokens {
+    /// The admin token, for the operator's calls to nodes.
+    pub admin: String,
+}
+
+impl std::fmt::Debug for ClusterTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterTokens { admin: <redacted> }")
+    }
+}
+
+/// Makes sure the cluster's generated Secrets exist and returns the admin token.
+///
+/// # Errors
+/// [`Error::Secret`] when a Secret cannot be read or created, belongs to someone else,
+/// or lacks a key.
+pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<ClusterTokens> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
+    let internal = names::internal_secret(&cluster.name);
+    let mut tokens = ensure_secret(
+        &api,
+        cluster,
+        &internal,
+        &[names::ADMIN_TOKEN_KEY, names::PEER_TOKEN_KEY],
+    )
+    .await?;
+    if let Some(token) = cluster.client_token.as_ref().filter(|t| t.generated) {
+        ensure_secret(&api, cluster, &token.secret, &[names::GENERATED_TOKEN_KEY]).await?;
+    }
+    let admin = tokens
+        .remove(names::ADMIN_TOKEN_KEY)
+        .ok_or_else(|| Error::Secret {
+            secret: internal,
+            source: SecretError::MissingKey(names::ADMIN_TOKEN_KEY),
+        })?;
+    Ok(ClusterTokens { admin })
+}
+
+/// The tokens under `keys` of Secret `name`, created with fresh ones if it is absent.
+async fn ensure_secret(
+    api: &Api<Secret>,
+    cluster: &ValidatedCluster,
+    name: &str,
+    keys: &[&'static str],
+) -> Result<BTreeMap<&'static str, String>> {
+    let failed = |source: SecretError| Error::Secret {
+        secret: name.to_owned(),
+        source,
+    };
+    let existing = api
+        .get_opt(name)
+        .await
+        .map_err(|err| failed(SecretError::Get(err)))?;
+    let secret = match existing {
+        Some(secret) => secret,
+        None => {
+            let fresh = generated_secret(cluster, name, keys).map_err(failed)?;
+            match api.create(&PostParams::default(), &fresh).await {
+                Ok(created) => {
+                    tracing::info!(secret = name, "created the cluster's generated Secret");
+                    created
+                }
+                // Created meanwhile (a previous leader's pass): use what is there.
+                Err(kube::Error::Api(status)) if status.code == 409 => api
+                    .get(name)
+                    .await
+                    .map_err(|err| failed(SecretError::Get(err)))?,
+                Err(err) => return Err(failed(SecretError::Create(err))),
+            }
+        }
+    };
+    tokens_of(&secret, cluster, keys).map_err(failed)
+}
+
+/// The tokens of `secret`, if this cluster owns it and it has every key.
+fn tokens_of(
+    secret: &Secret,
+    cluster: &ValidatedCluster,
+    keys: &[&'static str],
+) -> Result<BTreeMap<&'static str, String>, SecretError> {
+    let owned = secret
+        .owner_references()
+        .iter()
+        .any(|owner| owner.uid == cluster.owner.uid);
+    if !owned {
+        return Err(SecretError::NotOwned);
+    }
+    let data = secret.data.clone().unwrap_or_default();
+    keys.iter()
+        .map(|&key| {
+            let bytes = data.get(key).ok_or(SecretError::MissingKey(key))?;
+            let token = String::from_utf8(bytes.0.clone()).map_err(SecretError::NotUtf8)?;
+            Ok((key, token.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// A new Secret `name` of `cluster` with a random token under each of `keys`.
+fn generated_secret(
+    cluster: &ValidatedCluster,
+    name: &str,
+    keys: &[&'static str],
+) -> Result<Secret, SecretError> {
+    let data = keys
+        .iter()
+        .map(|&key| Ok((key.to_owned(), ByteString(random_token()?.into_bytes()))))
+        .collect::<Result<BTreeMap<_, _>, SecretError>>()?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(names::cluster_selector(&cluster.name)),
+            owner_references: Some(vec![cluster.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(data),
+        ..Secret::default()
+    })
+}
+
+/// 32 random bytes from the operating system, as 64 hex digits.
+fn random_token() -> Result<String, SecretError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|err| SecretError::Random(err.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::fixtures::validated;
+
+    #[test]
+    fn a_generated_secret_is_owned_by_its_cluster_and_read_back() {
+        let cluster = validated(&[("hot", 2)]);
+        let keys = [names::ADMIN_TOKEN_KEY, names::PEER_TOKEN_KEY];
+        let secret = generated_secret(&cluster, "c-internal", &keys).unwrap();
+        assert_eq!(
+            secret.metadata.owner_references,
+            Some(vec![cluster.owner.clone()])
+        );
+        let tokens = tokens_of(&secret, &cluster, &keys).unwrap();
+        assert_ne!(
+            tokens[names::ADMIN_TOKEN_KEY],
+            tokens[names::PEER_TOKEN_KEY]
+        );
+        assert_eq!(tokens[names::ADMIN_TOKEN_KEY].len(), 64);
+    }
+
+    #[test]
+    fn a_secret_of_someone_else_is_refused_and_a_missing_key_named() {
+        let cluster = validated(&[("hot", 2)]);
+        let keys = [names::ADMIN_TOKEN_KEY, names::PEER_TOKEN_KEY];
+        let mut foreign = generated_secret(&cluster, "c-internal", &keys).unwrap();
+        foreign.metadata.owner_references = None;
+        assert!(matches!(
+            tokens_of(&foreign, &cluster, &keys),
+            Err(SecretError::NotOwned)
+        ));
+        let short = generated_secret(&cluster, "c-internal", &keys[..1]).unwrap();
+        let err = tokens_of(&short, &cluster, &keys).unwrap_err();
+        assert_eq!(err.to_string(), "the key peer-token is missing");
+    }
+
+    #[test]
+    fn tokens_are_64_hex_digits_and_differ() {
+        let (a, b) = (random_token().unwrap(), random_token().unwrap());
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}
