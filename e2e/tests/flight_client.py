@@ -3,11 +3,15 @@ Service by its DNS name, authenticate, put and get. Usage:
 
     flight_client.py put|get HOST PORT TOKEN KEY ROWS
     flight_client.py put-many|count HOST PORT TOKEN PREFIX COUNT
+    flight_client.py action HOST PORT TOKEN ACTION EXPECT
 
 `put` puts KEY and reads it back; `get` reads KEY and compares it with what `put` wrote.
 `put-many` puts PREFIX/0 .. PREFIX/COUNT-1 (each on a new connection, so the Service
 spreads them over the pool's nodes); `count` reads them back, each on a new connection,
 and prints how many are present and byte-identical (a key that differs fails the run).
+`action` runs the DoAction ACTION (empty body) and fails unless its outcome is EXPECT:
+`ok` (the result is printed), `unauthenticated` or `permission-denied` (the message is
+printed).
 TOKEN "-" means the cluster has no auth.
 """
 
@@ -73,6 +77,21 @@ def main() -> None:
                 assert got.equals(table(50, i)), f"{key}/{i}: different from what was put"
                 present += 1
         print(present)
+    elif verb == "action":
+        expect = n
+        # Without a token there is no Handshake: the call itself must be refused.
+        client = flight.connect(f"grpc://{host}:{port}")
+        headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
+        options = flight.FlightCallOptions(headers=headers, timeout=20)
+        try:
+            results = list(client.do_action(flight.Action(key, b""), options))
+            outcome, detail = "ok", results[0].body.to_pybytes().decode() if results else ""
+        except flight.FlightUnauthenticatedError as err:
+            outcome, detail = "unauthenticated", str(err)
+        except flight.FlightUnauthorizedError as err:
+            outcome, detail = "permission-denied", str(err)
+        assert outcome == expect, f"{key}: {outcome} ({detail}), expected {expect}"
+        print(detail)
     else:
         raise SystemExit(f"unknown verb {verb}")
 
