@@ -17,6 +17,7 @@ use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
 use crate::auth::Credentials;
 use crate::store::{self, StoreConfig};
+use crate::wire::tls::TlsFiles;
 
 /// Default Flight listen address: loopback, so a first run exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -78,6 +79,16 @@ pub struct Cli {
     /// x-flightcache-* headers are honoured only with it. No file: honoured from anyone.
     #[arg(long, env = "FLIGHTCACHE_PEER_TOKEN_FILE")]
     pub peer_token_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM) the Flight port serves; with --tls-key-file and
+    /// --tls-ca-file. Re-read when it changes. No file: plaintext.
+    #[arg(long, env = "FLIGHTCACHE_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long, env = "FLIGHTCACHE_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificate(s) (PEM) peers' certificates are verified against.
+    #[arg(long, env = "FLIGHTCACHE_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
     /// How long in-flight streams may finish after SIGTERM [default: 20s].
     #[arg(long, env = "FLIGHTCACHE_SHUTDOWN_GRACE", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
@@ -173,6 +184,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// The client, admin and peer tokens.
     pub credentials: Credentials,
+    /// TLS material, if the Flight port serves TLS.
+    pub tls: Option<TlsFiles>,
     /// Grace period for in-flight streams at shutdown.
     pub shutdown_grace: Duration,
     /// This node's member id in the ring, if it is a member.
@@ -229,6 +242,9 @@ impl Config {
             auth_token_file,
             admin_token_file,
             peer_token_file,
+            tls_cert_file,
+            tls_key_file,
+            tls_ca_file,
             shutdown_grace,
             member_id,
             topology,
@@ -288,10 +304,11 @@ impl Config {
             ),
         };
         validate_store(&store)?;
-        let token_file = |flag: Option<PathBuf>, field: &Option<String>| {
+        // A flag wins over the config file's field.
+        let path = |flag: Option<PathBuf>, field: &Option<String>| {
             flag.or(field.as_ref().map(PathBuf::from))
         };
-        let client_tokens = token_file(auth_token_file, &file.auth_token_file)
+        let client_tokens = path(auth_token_file, &file.auth_token_file)
             .map(|path| read_tokens(&path, true))
             .transpose()?
             .unwrap_or_default();
@@ -303,8 +320,24 @@ impl Config {
         };
         let credentials = Credentials {
             client: client_tokens,
-            admin: single(token_file(admin_token_file, &file.admin_token_file))?,
-            peer: single(token_file(peer_token_file, &file.peer_token_file))?,
+            admin: single(path(admin_token_file, &file.admin_token_file))?,
+            peer: single(path(peer_token_file, &file.peer_token_file))?,
+        };
+        let tls = match (
+            path(tls_cert_file, &file.tls_cert_file),
+            path(tls_key_file, &file.tls_key_file),
+            path(tls_ca_file, &file.tls_ca_file),
+        ) {
+            (Some(cert), Some(key), Some(ca)) => Some(TlsFiles { cert, key, ca }),
+            (None, None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    field: "tls-cert-file",
+                    reason: "TLS needs all three of --tls-cert-file, --tls-key-file and \
+                             --tls-ca-file"
+                        .into(),
+                });
+            }
         };
         // One token with two meanings would give a client the rights of the other.
         let shared_with_clients = |token: &Option<String>| {
@@ -328,6 +361,7 @@ impl Config {
             generation: file.generation.unwrap_or(0),
             config_file: config,
             credentials,
+            tls,
             shutdown_grace: shutdown_grace
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),

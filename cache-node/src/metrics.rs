@@ -144,6 +144,12 @@ pub struct Metrics {
     pub replica_write_failures: Counter,
     /// Connections closed on accept because `max_connections` were open.
     pub connections_refused: Counter,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshake_failures: Counter,
+    /// Certificate or CA files re-read and applied.
+    pub tls_reloads: Counter,
+    /// Certificate or CA files that changed but could not be used.
+    pub tls_reload_failures: Counter,
     /// Entries handed to their owners by `rebalance` and removed here.
     pub migrated_out_entries: Counter,
     /// Bytes (entry weights) handed out by `rebalance`.
@@ -237,6 +243,24 @@ impl Metrics {
             "Flight connections closed on accept because the node's connection limit was reached",
             connections_refused.clone(),
         );
+        let tls_handshake_failures = Counter::default();
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes on the Flight port that failed or timed out",
+            tls_handshake_failures.clone(),
+        );
+        let tls_reloads = Counter::default();
+        registry.register(
+            "tls_reloads",
+            "Rotated TLS certificates or CAs read from their files and put in use",
+            tls_reloads.clone(),
+        );
+        let tls_reload_failures = Counter::default();
+        registry.register(
+            "tls_reload_failures",
+            "Changed TLS files that could not be used (the previous certificate stays in use)",
+            tls_reload_failures.clone(),
+        );
         let migrated_out_entries = Counter::default();
         registry.register(
             "migrated_out_entries",
@@ -275,6 +299,9 @@ impl Metrics {
             rebalance_pending_entries,
             replica_write_failures,
             connections_refused,
+            tls_handshake_failures,
+            tls_reloads,
+            tls_reload_failures,
             migrated_out_entries,
             migrated_out_bytes,
             migrated_in_entries,

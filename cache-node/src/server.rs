@@ -7,8 +7,10 @@
 //! Owns: wiring. The only place the layers are stacked:
 //! `AuthLayer(DoGetRelay(IntakeLayer(FlightServiceServer)))`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use crate::wire::accept::BoundedIncoming;
 use crate::wire::intake::IntakeLayer;
 use crate::wire::limits::RequestLimitLayer;
 use crate::wire::relay::{DoGetRelay, RelayNode};
+use crate::wire::tls::{self, TlsError};
 use crds::chain;
 use crds::node_config::NodeDocument;
 
@@ -59,6 +62,9 @@ pub enum ServerError {
     /// The store configuration was refused.
     #[error("store configuration refused")]
     Store(#[source] crate::store::Error),
+    /// The TLS certificate, key or CA cannot be used.
+    #[error("TLS cannot be set up")]
+    Tls(#[source] TlsError),
 }
 
 /// A running node; stop it with [`RunningNode::shutdown`].
@@ -126,6 +132,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         generation,
         config_file,
         credentials,
+        tls,
         shutdown_grace,
         member_id,
         topology,
@@ -149,8 +156,22 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     }
     let auth = Auth::new(credentials);
     // One pool of peer channels for the Flight service and the DoGet relay.
-    let peers =
-        Peers::with_metrics(Arc::clone(&metrics)).presenting(auth.peer_authorization().as_deref());
+    // TLS: the certificate and the CA are read now (a node that cannot serve what it
+    // was told to does not start), then re-read by a background task.
+    let tls = match tls {
+        Some(files) => {
+            let (certified, seen) = tls::load_certified_key(&files).map_err(ServerError::Tls)?;
+            let ca = tls::load_ca(&files.ca).map_err(ServerError::Tls)?;
+            let cert = Arc::new(tls::ReloadingCert::new(certified));
+            let acceptor = tls::acceptor(Arc::clone(&cert), &files).map_err(ServerError::Tls)?;
+            Some((files, cert, acceptor, seen, ca))
+        }
+        None => None,
+    };
+    let peers = Peers::with_metrics(Arc::clone(&metrics))
+        .presenting(auth.peer_authorization().as_deref())
+        .verifying(tls.as_ref().map(|(.., ca)| ca.clone()));
+    let peers_for_tls = peers.clone();
     let relay_node = RelayNode {
         store: Arc::clone(&store),
         metrics: Arc::clone(&metrics),
@@ -194,6 +215,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let mut flight_stop = stop_rx.clone();
     let mut grace_stop = stop_rx.clone();
     let connections_refused = metrics.connections_refused.clone();
+    let handshake_failures = metrics.tls_handshake_failures.clone();
+    let acceptor = tls.as_ref().map(|(_, _, acceptor, ..)| acceptor.clone());
     let flight = tokio::spawn(async move {
         let shutdown_requested = async move {
             let _ = flight_stop.wait_for(|stop| *stop).await;
@@ -216,7 +239,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         // connection can hold open (one connection opening 100,000 streams used to cost
         // ~437 MiB); keepalive pings find dead peers; the header list bound keeps a
         // request's metadata small.
-        let serve = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(8 << 20)
             .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
@@ -225,8 +248,15 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
             .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
             .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
             .add_service(health_service)
-            .add_service(flight_service)
-            .serve_with_incoming_shutdown(incoming, shutdown_requested);
+            .add_service(flight_service);
+        let serve: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+            match acceptor {
+                Some(acceptor) => Box::pin(router.serve_with_incoming_shutdown(
+                    tls::tls_incoming(incoming, acceptor, handshake_failures),
+                    shutdown_requested,
+                )),
+                None => Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown_requested)),
+            };
         tokio::pin!(serve);
         tokio::select! {
             result = &mut serve => return result.map_err(ServerError::Serve),
@@ -249,6 +279,20 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         )),
         tokio::spawn(sweep_expired(Arc::clone(&store))),
     ];
+    if let Some((files, cert, _, seen, ca)) = tls {
+        let rotating_peers = peers_for_tls.clone();
+        background.push(tokio::spawn(tls::watch_files(
+            files,
+            tls::Reloadable {
+                cert,
+                on_ca_change: Box::new(move |ca| rotating_peers.rotate_ca(ca)),
+                reloaded: metrics.tls_reloads.clone(),
+                failed: metrics.tls_reload_failures.clone(),
+            },
+            seen,
+            ca,
+        )));
+    }
     if let Some(path) = config_file {
         // Read the baseline now, not in the task, so a change made right after start is
         // not mistaken for the baseline.
@@ -373,6 +417,9 @@ async fn watch_config_file(
             auth_token_file: None,
             admin_token_file: None,
             peer_token_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
             shutdown_grace: None,
             memory_budget,
             max_entry_size,

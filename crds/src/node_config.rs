@@ -164,6 +164,16 @@ pub struct NodeConfig {
     /// change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_token_file: Option<String>,
+    /// TLS certificate chain (PEM) of the Flight port; with `tlsKeyFile` and `tlsCaFile`.
+    /// The files are re-read when they change (the paths: restart to change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<String>,
+    /// Private key (PEM) of `tlsCertFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<String>,
+    /// CA certificate(s) (PEM) the pool's nodes verify each other against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<String>,
     /// How long in-flight streams may run after SIGTERM, e.g. `20s` (restart to change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<String>,
@@ -478,6 +488,9 @@ impl NodeConfig {
             ("authTokenFile", self.auth_token_file.is_some()),
             ("adminTokenFile", self.admin_token_file.is_some()),
             ("peerTokenFile", self.peer_token_file.is_some()),
+            ("tlsCertFile", self.tls_cert_file.is_some()),
+            ("tlsKeyFile", self.tls_key_file.is_some()),
+            ("tlsCaFile", self.tls_ca_file.is_some()),
             ("shutdownGrace", self.shutdown_grace.is_some()),
             ("maxConnections", self.max_connections.is_some()),
         ];

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status, Streaming};
 
 use crate::error::{Error, Result};
@@ -116,6 +116,9 @@ pub struct Peers {
     /// The `authorization` this node presents to its peers (`Bearer <peer token>`);
     /// none: the caller's own is passed on.
     authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// The CA (PEM) peers' certificates are verified against, when peers speak TLS;
+    /// replaced (and the channels reconnected) when it rotates.
+    tls_ca: Arc<Mutex<Option<Bytes>>>,
 }
 
 pub use crate::metrics::PeerError;
@@ -127,7 +130,22 @@ impl Peers {
             channels: Arc::default(),
             metrics: Some(metrics),
             authorization: None,
+            tls_ca: Arc::default(),
         }
+    }
+
+    /// These peers, called over TLS verified against `ca` (PEM), when it is given.
+    #[must_use]
+    pub fn verifying(self, ca: Option<Bytes>) -> Self {
+        *self.tls_ca.lock() = ca;
+        self
+    }
+
+    /// Verifies peers against `ca` from now on: new channels are made with it (calls
+    /// under way finish on the channels they have).
+    pub fn rotate_ca(&self, ca: Bytes) {
+        *self.tls_ca.lock() = Some(ca);
+        self.channels.lock().clear();
     }
 
     /// These peers, called with `authorization` (the peer credential's header value)
@@ -186,8 +204,21 @@ impl Peers {
             match channels.get(&peer.address) {
                 Some(channel) => channel.clone(),
                 None => {
-                    let endpoint = Endpoint::from_shared(format!("http://{}", peer.address))
-                        .map_err(|err| self.failed(PeerError::Unreachable, peer, &err.to_string()))?
+                    let ca = self.tls_ca.lock().clone();
+                    let scheme = if ca.is_some() { "https" } else { "http" };
+                    let mut endpoint =
+                        Endpoint::from_shared(format!("{scheme}://{}", peer.address)).map_err(
+                            |err| self.failed(PeerError::Unreachable, peer, &err.to_string()),
+                        )?;
+                    if let Some(ca) = ca {
+                        // The peer's name in its address is what its certificate must
+                        // carry (`<pod>.<pool>-nodes.<namespace>.svc…` in a cluster).
+                        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+                        endpoint = endpoint.tls_config(tls).map_err(|err| {
+                            self.failed(PeerError::Unreachable, peer, &err.to_string())
+                        })?;
+                    }
+                    let endpoint = endpoint
                         .connect_timeout(CONNECT_TIMEOUT)
                         .tcp_nodelay(true)
                         .initial_stream_window_size(4 << 20)

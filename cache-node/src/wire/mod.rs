@@ -10,6 +10,8 @@
 //!   DoPut (small for unary calls and for the unauthenticated Handshake).
 //! - [`relay`]: a tower layer in front of DoGet that answers a local hit with the stored
 //!   frames and relays a forwarded DoGet frame by frame.
+//! - [`tls`]: TLS on the Flight port with a certificate that reloads when its files
+//!   change, and handshakes that never hold up accepting.
 //!
 //! `flight/` must not import `intake` or `relay` internals: it only mounts the layers
 //! (`server.rs`) and uses [`seal`] through the store's sealed types.
@@ -19,3 +21,4 @@ pub mod intake;
 pub mod limits;
 pub mod relay;
 pub mod seal;
+pub mod tls;

@@ -1,0 +1,290 @@
+//! TLS on the Flight port: served with the certificate from the files, plaintext refused,
+//! peers verifying each other against the CA, and a rotated certificate (the files
+//! replaced, as the kubelet does with a Secret volume) served to new connections while
+//! calls on an open connection go on without a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use arrow_flight::FlightClient;
+use cache_node::server::RunningNode;
+use cache_node::wire::tls::RELOAD_INTERVAL;
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use serde_json::json;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+
+/// A CA that signs node certificates.
+struct Pki {
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Pki {
+    fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Self { ca }
+    }
+
+    fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    /// A certificate for `names` (DNS names or IP addresses) and its key, as PEM.
+    fn leaf(&self, names: &[&str]) -> (String, String) {
+        let params =
+            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+                .unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// The TLS files of one node in `dir`.
+struct NodeFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+impl NodeFiles {
+    fn write(dir: &Path, pki: &Pki) -> Self {
+        let files = Self {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+            ca: dir.join("ca.crt"),
+        };
+        files.rotate(pki);
+        files
+    }
+
+    /// Replaces the files as the kubelet does: each written beside and renamed over.
+    fn rotate(&self, pki: &Pki) {
+        let (cert, key) = pki.leaf(&["localhost", "127.0.0.1"]);
+        for (path, text) in [
+            (&self.ca, pki.ca_pem()),
+            (&self.key, key),
+            (&self.cert, cert),
+        ] {
+            let temporary = path.with_extension("new");
+            std::fs::write(&temporary, text).unwrap();
+            std::fs::rename(&temporary, path).unwrap();
+        }
+    }
+
+    fn flags(&self) -> Vec<String> {
+        [
+            ("--tls-cert-file", &self.cert),
+            ("--tls-key-file", &self.key),
+            ("--tls-ca-file", &self.ca),
+        ]
+        .into_iter()
+        .flat_map(|(flag, path)| [flag.to_owned(), path.to_str().unwrap().to_owned()])
+        .collect()
+    }
+}
+
+async fn start_tls_node(files: &NodeFiles, extra: &[&str]) -> RunningNode {
+    let flags = files.flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    start_node(&args).await
+}
+
+/// A channel to `node` over TLS, verifying against `ca_pem`.
+async fn tls_channel(node: &RunningNode, ca_pem: &str) -> Result<Channel, tonic::transport::Error> {
+    Channel::from_shared(format!("https://localhost:{}", node.flight_addr.port()))
+        .unwrap()
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
+        .unwrap()
+        .connect()
+        .await
+}
+
+#[tokio::test]
+async fn a_tls_node_serves_its_certificate_and_refuses_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let files = NodeFiles::write(dir.path(), &pki);
+    let node = start_tls_node(&files, &[]).await;
+    let mut client = FlightClient::new(tls_channel(&node, &pki.ca_pem()).await.unwrap());
+    let batches = vec![sample_batch(1000, 3)];
+    put(&mut client, path("tls/1"), batches.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut client, path_ticket("tls/1")).await.unwrap(),
+        batches
+    );
+
+    // Plaintext gRPC to a TLS port: no answer but a failed call.
+    let mut plain = client_for_plaintext(&node).await;
+    let err = action(&mut plain, "ping", b"").await.unwrap_err();
+    println!("plaintext call to the TLS port: {err}");
+    // A client trusting another CA does not get through the handshake.
+    let stranger = Pki::new("another CA");
+    assert!(tls_channel(&node, &stranger.ca_pem()).await.is_err());
+    node.shutdown().await.unwrap();
+}
+
+async fn client_for_plaintext(node: &RunningNode) -> FlightClient {
+    let channel = Channel::from_shared(format!("http://{}", node.flight_addr))
+        .unwrap()
+        .connect_lazy();
+    FlightClient::new(channel)
+}
+
+#[tokio::test]
+async fn a_node_that_cannot_read_its_certificate_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("test CA");
+    let files = NodeFiles::write(dir.path(), &pki);
+    std::fs::write(&files.key, "not a key").unwrap();
+    let flags = files.flags();
+    let mut args = vec![
+        "flightcache-node",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    args.extend(flags.iter().map(String::as_str));
+    let config = cache_node::config::Config::from_cli(
+        <cache_node::config::Cli as clap::Parser>::try_parse_from(args).unwrap(),
+    )
+    .unwrap();
+    let err = cache_node::server::start(
+        config,
+        std::sync::Arc::new(cache_node::store::SystemClock::new()),
+    )
+    .await
+    .unwrap_err();
+    let message = crds::chain(&err);
+    assert!(
+        message.contains("tls.key") && message.contains("PRIVATE KEY"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn peers_forward_over_tls_verified_against_the_ca() {
+    let pki = Pki::new("pool CA");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let files: Vec<NodeFiles> = dirs
+        .iter()
+        .map(|d| NodeFiles::write(d.path(), &pki))
+        .collect();
+    let nodes = [
+        start_tls_node(&files[0], &["--member-id", "n-0"]).await,
+        start_tls_node(&files[1], &["--member-id", "n-1"]).await,
+    ];
+    let members: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            json!({"id": format!("n-{i}"), "address": format!("localhost:{}", node.flight_addr.port()), "state": "active"})
+        })
+        .collect();
+    let body = json!({"topology": {"version": 1, "replicas": 1, "members": members}}).to_string();
+    let mut clients = Vec::new();
+    for node in &nodes {
+        let mut client = FlightClient::new(tls_channel(node, &pki.ca_pem()).await.unwrap());
+        action(&mut client, "configure", body.as_bytes())
+            .await
+            .unwrap();
+        clients.push(client);
+    }
+    // Every key put through node 0 is read back through node 1: half of them live on the
+    // other node, so both DoPut and DoGet were forwarded over TLS.
+    for i in 0..20 {
+        let key = format!("tls-fwd/{i}");
+        let batches = vec![sample_batch(50, i)];
+        put(&mut clients[0], path(&key), batches.clone(), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            get(&mut clients[1], path_ticket(&key)).await.unwrap(),
+            batches
+        );
+    }
+    let held: Vec<u64> = nodes.iter().map(|n| n.store.stats().entries).collect();
+    assert!(held.iter().all(|&n| n > 0), "both nodes own keys: {held:?}");
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_to_new_connections_without_a_failed_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Pki::new("old CA");
+    let files = NodeFiles::write(dir.path(), &old_ca);
+    let node = start_tls_node(&files, &[]).await;
+    let mut client = FlightClient::new(tls_channel(&node, &old_ca.ca_pem()).await.unwrap());
+    let batches = vec![sample_batch(200, 1)];
+    put(&mut client, path("rotate/1"), batches.clone(), None)
+        .await
+        .unwrap();
+
+    // A half-written file is not served: the node keeps its certificate.
+    std::fs::write(&files.cert, "-----BEGIN CERTIFICATE-----\ntruncated").unwrap();
+    tokio::time::sleep(RELOAD_INTERVAL + Duration::from_secs(1)).await;
+    assert!(tls_channel(&node, &old_ca.ca_pem()).await.is_ok());
+    assert!(counter(&node, "flightcache_node_tls_reload_failures_total").await >= 1);
+    assert_eq!(
+        counter(&node, "flightcache_node_tls_reloads_total").await,
+        0
+    );
+
+    // The certificate rotates (here to a new CA, so which one a handshake got is visible)
+    // while the open connection keeps reading.
+    let new_ca = Pki::new("new CA");
+    files.rotate(&new_ca);
+    let started = Instant::now();
+    let mut calls = 0;
+    loop {
+        assert_eq!(
+            get(&mut client, path_ticket("rotate/1")).await.unwrap(),
+            batches,
+            "call {calls} on the open connection"
+        );
+        calls += 1;
+        if tls_channel(&node, &new_ca.ca_pem()).await.is_ok() {
+            break;
+        }
+        assert!(
+            started.elapsed() < RELOAD_INTERVAL * 3,
+            "the rotated certificate was not served within {:?}",
+            RELOAD_INTERVAL * 3
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "rotated certificate served after {:?} (reload interval {RELOAD_INTERVAL:?}); {calls} calls on the open connection, none failed",
+        started.elapsed()
+    );
+    assert!(tls_channel(&node, &old_ca.ca_pem()).await.is_err());
+    // The certificate and the CA.
+    assert_eq!(
+        counter(&node, "flightcache_node_tls_reloads_total").await,
+        2
+    );
+    node.shutdown().await.unwrap();
+}
+
+/// The value of counter `name` on the node's metrics endpoint.
+async fn counter(node: &RunningNode, name: &str) -> u64 {
+    let text = scrape(node.metrics_addr).await;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
