@@ -338,21 +338,38 @@ async fn serve_metrics(
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let metrics = Arc::clone(&metrics);
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.encode(),
-                )
-            }
-        }),
-    );
+    // /readyz for the kubelet when the Flight port speaks TLS (its gRPC probes do not):
+    // ready until shutdown begins, as the gRPC health service reports.
+    let stopping = stop.clone();
+    let app = axum::Router::new()
+        .route(
+            "/readyz",
+            get(move || {
+                let stopping = *stopping.borrow();
+                async move {
+                    if stopping {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+                    } else {
+                        (axum::http::StatusCode::OK, "serving")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = Arc::clone(&metrics);
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                }
+            }),
+        );
     let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = stop.wait_for(|stop| *stop).await;
     });

@@ -26,7 +26,7 @@ use kube::{Client, Resource, ResourceExt};
 use crate::build::{self, PoolLayout, names};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, PoolFigures, PoolLabels};
-use crate::nodes::NodeAdmin;
+use crate::nodes::{NodeAdmin, NodeTls};
 use crate::observe::{self, Observed};
 use crate::plan::{self, NodeView, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
@@ -189,7 +189,23 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
 /// Secret (created on the first pass).
 async fn node_admin(ctx: &Context, cluster: &ValidatedCluster) -> Result<NodeAdmin> {
     let tokens = secrets::ensure(&ctx.client, cluster).await?;
-    Ok(NodeAdmin::new(i32::from(cluster.port), Some(tokens.admin)))
+    // Every node serves the cluster's one certificate, valid for each pool's Service
+    // name (docs/security.md): the first pool's is the name nodes are verified by.
+    let tls = tokens.tls_ca.map(|ca| NodeTls {
+        ca,
+        domain: cluster.pools.first().map_or_else(String::new, |pool| {
+            format!(
+                "{}.{}.svc",
+                names::pool_object(&cluster.name, &pool.name),
+                cluster.namespace
+            )
+        }),
+    });
+    Ok(NodeAdmin::new(
+        i32::from(cluster.port),
+        Some(tokens.admin),
+        tls,
+    ))
 }
 
 /// Reports a failed apply (in status when the pools' own objects failed) and returns

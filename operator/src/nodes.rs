@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crds::admin::{self, AdminAction, AnswerError, ConfigureAnswer, RebalanceAnswer, StatsAnswer};
 use crds::node_config::NodeDocument;
 use futures::StreamExt;
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 /// How long the operator waits to connect to a node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -75,11 +75,21 @@ pub struct NodeReport {
     pub budget_bytes: u64,
 }
 
-/// Calls nodes of one cluster (same port and token for every node).
+/// How the operator verifies nodes that serve TLS.
+#[derive(Debug, Clone)]
+pub struct NodeTls {
+    /// The CA (PEM) of the cluster's TLS Secret.
+    pub ca: Bytes,
+    /// The name the nodes' certificate is verified for (nodes are called by pod IP).
+    pub domain: String,
+}
+
+/// Calls nodes of one cluster (same port, token and TLS for every node).
 #[derive(Clone)]
 pub struct NodeAdmin {
     port: i32,
     token: Option<String>,
+    tls: Option<NodeTls>,
 }
 
 impl std::fmt::Debug for NodeAdmin {
@@ -87,14 +97,15 @@ impl std::fmt::Debug for NodeAdmin {
         f.debug_struct("NodeAdmin")
             .field("port", &self.port)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl NodeAdmin {
-    /// Calls nodes on `port`, with a bearer token when the cluster has auth.
-    pub fn new(port: i32, token: Option<String>) -> Self {
-        Self { port, token }
+    /// Calls nodes on `port`, with the admin token, over TLS when `tls` is given.
+    pub fn new(port: i32, token: Option<String>, tls: Option<NodeTls>) -> Self {
+        Self { port, token, tls }
     }
 
     /// The config generation, ring version, entry count and byte budget of the node at
@@ -170,10 +181,19 @@ impl NodeAdmin {
             action,
             source,
         };
-        let channel = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|_| NodeCallError::BadAddress {
-                address: address.to_owned(),
-            })?
+        let bad_address = || NodeCallError::BadAddress {
+            address: address.to_owned(),
+        };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint =
+            Endpoint::from_shared(format!("{scheme}://{address}")).map_err(|_| bad_address())?;
+        if let Some(tls) = &self.tls {
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&tls.ca))
+                .domain_name(&tls.domain);
+            endpoint = endpoint.tls_config(config).map_err(|_| bad_address())?;
+        }
+        let channel = endpoint
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(timeout)
             .connect_lazy();
@@ -209,14 +229,14 @@ mod tests {
 
     #[test]
     fn ipv6_pod_addresses_are_bracketed() {
-        let admin = NodeAdmin::new(50051, None);
+        let admin = NodeAdmin::new(50051, None, None);
         assert_eq!(admin.address("10.244.0.7"), "10.244.0.7:50051");
         assert_eq!(admin.address("fd00::7"), "[fd00::7]:50051");
     }
 
     #[test]
     fn the_token_never_appears_in_debug_output() {
-        let admin = NodeAdmin::new(50051, Some("s3cret".into()));
+        let admin = NodeAdmin::new(50051, Some("s3cret".into()), None);
         assert!(!format!("{admin:?}").contains("s3cret"));
     }
 }

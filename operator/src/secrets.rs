@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -22,15 +23,20 @@ use crate::build::names;
 use crate::error::{Error, Result, SecretError};
 use crate::validate::ValidatedCluster;
 
-/// The tokens the operator itself needs.
+/// What the operator needs to call the cluster's nodes.
 pub struct ClusterTokens {
     /// The admin token, for the operator's calls to nodes.
     pub admin: String,
+    /// The CA (PEM) of the cluster's TLS Secret, when its nodes serve TLS.
+    pub tls_ca: Option<Bytes>,
 }
 
 impl std::fmt::Debug for ClusterTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClusterTokens { admin: <redacted> }")
+        f.debug_struct("ClusterTokens")
+            .field("admin", &"<redacted>")
+            .field("tls_ca", &self.tls_ca.as_ref().map(Bytes::len))
+            .finish()
     }
 }
 
@@ -58,7 +64,33 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
             secret: internal,
             source: SecretError::MissingKey(names::ADMIN_TOKEN_KEY),
         })?;
-    Ok(ClusterTokens { admin })
+    let tls_ca = match &cluster.tls_secret {
+        Some(secret) => Some(read_tls_ca(&api, secret).await?),
+        None => None,
+    };
+    Ok(ClusterTokens { admin, tls_ca })
+}
+
+/// The `ca.crt` of the TLS Secret `spec.tls` names (the operator verifies nodes against
+/// it), after checking that the Secret has the three keys nodes mount.
+async fn read_tls_ca(api: &Api<Secret>, name: &str) -> Result<Bytes> {
+    let failed = |source: SecretError| Error::Secret {
+        secret: name.to_owned(),
+        source,
+    };
+    let secret = api
+        .get(name)
+        .await
+        .map_err(|err| failed(SecretError::Get(err)))?;
+    let data = secret.data.unwrap_or_default();
+    for key in [names::TLS_CERT_KEY, names::TLS_KEY_KEY] {
+        if !data.contains_key(key) {
+            return Err(failed(SecretError::MissingKey(key)));
+        }
+    }
+    data.get(names::TLS_CA_KEY)
+        .map(|ca| Bytes::from(ca.0.clone()))
+        .ok_or_else(|| failed(SecretError::MissingKey(names::TLS_CA_KEY)))
 }
 
 /// The tokens under `keys` of Secret `name`, created with fresh ones if it is absent.

@@ -66,6 +66,8 @@ pub struct ValidatedCluster {
     pub service_monitor: bool,
     /// Where the clients' token is; none when `spec.auth.disabled`.
     pub client_token: Option<ClientToken>,
+    /// The TLS Secret (`tls.crt`, `tls.key`, `ca.crt`), when the Flight port serves TLS.
+    pub tls_secret: Option<String>,
     /// Image pull policy of node containers.
     pub image_pull_policy: String,
     /// DNS domain of the Kubernetes cluster.
@@ -132,12 +134,6 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
     let mut errors = Vec::new();
     let name = cc.metadata.name.clone().unwrap_or_default();
     let namespace = cc.metadata.namespace.clone().unwrap_or_default();
-    if cc.spec.tls.is_some() {
-        errors.push(FieldError {
-            field: "spec.tls".into(),
-            message: "TLS serving is not implemented by flightcache-node yet; remove spec.tls",
-        });
-    }
     let Some(owner) = cc.controller_owner_ref(&()) else {
         errors.push(FieldError {
             field: "metadata.uid".into(),
@@ -176,6 +172,7 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         metrics_port,
         service_monitor: cc.spec.monitoring.service_monitor,
         client_token,
+        tls_secret: cc.spec.tls.as_ref().map(|tls| tls.secret_name.clone()),
         image_pull_policy: defaults.image_pull_policy.clone(),
         cluster_domain: defaults.cluster_domain.clone(),
         pools,
@@ -341,13 +338,15 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_and_invalid_fields_are_named() {
+    fn invalid_fields_are_named_and_tls_is_taken() {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
             secret_name: "certs".into(),
         });
-        let err = validate(&cc, &defaults()).unwrap_err();
-        assert!(err.to_string().contains("spec.tls"), "{err}");
+        assert_eq!(
+            validate(&cc, &defaults()).unwrap().tls_secret.as_deref(),
+            Some("certs")
+        );
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.pools[0].shards = 0;
         let err = validate(&cc, &defaults()).unwrap_err();

@@ -369,7 +369,7 @@ async fn scaling_and_removing_pools_follow_the_spec() {
 
 #[tokio::test]
 #[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
-async fn a_spec_the_operator_cannot_act_on_is_reported_as_degraded() {
+async fn a_tls_secret_that_does_not_exist_is_reported_as_degraded() {
     let client = client().await;
     install_crd(&client).await;
     let ns = TestNamespace::new(&client, "fc-invalid").await;
@@ -384,11 +384,11 @@ async fn a_spec_the_operator_cannot_act_on_is_reported_as_degraded() {
     let err = reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
         .await
         .unwrap_err();
-    assert_eq!(err.category(), "invalid_spec");
+    assert_eq!(err.category(), "secret");
     let cc = fetch(&client, &ns.name).await;
     assert_eq!(
         condition(&cc, "Degraded"),
-        ("True".into(), "InvalidSpec".into())
+        ("True".into(), "ApplyFailed".into())
     );
     let message = &cc
         .status
@@ -399,10 +399,10 @@ async fn a_spec_the_operator_cannot_act_on_is_reported_as_degraded() {
         .unwrap()
         .message
         .clone();
-    assert!(message.contains("spec.tls"), "{message}");
+    assert!(message.contains("Secret certs"), "{message}");
     assert!(
         resource_versions(&client, &ns.name).await.is_empty(),
-        "nothing is created for an invalid spec"
+        "no pool object is created while the nodes could not be called"
     );
     ns.delete().await;
 }

@@ -37,6 +37,18 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
             names::NODE_CONFIG_DIR,
             names::PEER_TOKEN_KEY
         )),
+        tls_cert_file: cluster
+            .tls_secret
+            .as_ref()
+            .map(|_| format!("{}/tls/{}", names::NODE_CONFIG_DIR, names::TLS_CERT_KEY)),
+        tls_key_file: cluster
+            .tls_secret
+            .as_ref()
+            .map(|_| format!("{}/tls/{}", names::NODE_CONFIG_DIR, names::TLS_KEY_KEY)),
+        tls_ca_file: cluster
+            .tls_secret
+            .as_ref()
+            .map(|_| format!("{}/tls/{}", names::NODE_CONFIG_DIR, names::TLS_CA_KEY)),
         shutdown_grace: Some("20s".into()),
         location_mode: Some(pool.location_mode),
         // The node's default (10,000); the CRD has no field for it.

@@ -33,6 +33,16 @@ pub const ADMIN_TOKEN_KEY: &str = "admin-token";
 /// Key of the peer token in the cluster's internal Secret.
 pub const PEER_TOKEN_KEY: &str = "peer-token";
 
+/// Keys of the TLS Secret (cert-manager's shape), mounted as files of the same names.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+/// See [`TLS_CERT_KEY`].
+pub const TLS_KEY_KEY: &str = "tls.key";
+/// See [`TLS_CERT_KEY`].
+pub const TLS_CA_KEY: &str = "ca.crt";
+/// Path of the node's readiness endpoint on its metrics port (used when the Flight port
+/// speaks TLS, which the kubelet's gRPC probes cannot).
+pub const READYZ_PATH: &str = "/readyz";
+
 /// Name of the client token Secret the operator generates when `spec.auth` names none.
 pub fn client_token_secret(cluster: &str) -> String {
     format!("{cluster}-client-token")

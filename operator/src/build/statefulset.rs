@@ -11,14 +11,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, ContainerResizePolicy,
-    EnvVar, EnvVarSource, GRPCAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, SecurityContext, SleepAction, Volume, VolumeMount,
+    EnvVar, EnvVarSource, GRPCAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecretVolumeSource, SecurityContext, SleepAction, Volume, VolumeMount,
     VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names;
 use crate::validate::{ValidatedCluster, ValidatedPool};
@@ -153,6 +154,19 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
             (names::PEER_TOKEN_KEY, names::PEER_TOKEN_KEY),
         ],
     )];
+    if let Some(secret) = &cluster.tls_secret {
+        // Whole files of the Secret's keys: the kubelet replaces them when the Secret
+        // changes (no subPath), and the node re-reads them.
+        secrets.push((
+            "tls",
+            secret.clone(),
+            vec![
+                (names::TLS_CERT_KEY, names::TLS_CERT_KEY),
+                (names::TLS_KEY_KEY, names::TLS_KEY_KEY),
+                (names::TLS_CA_KEY, names::TLS_CA_KEY),
+            ],
+        ));
+    }
     if let Some(token) = &cluster.client_token {
         secrets.push((
             "auth",
@@ -193,10 +207,17 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
             ..VolumeMount::default()
         });
     }
+    // The gRPC health service on the Flight port; over TLS, which the kubelet's gRPC
+    // probes do not speak, the node's /readyz on its metrics port.
     let grpc_probe = |period: i32, failures: i32| Probe {
-        grpc: Some(GRPCAction {
+        grpc: cluster.tls_secret.is_none().then(|| GRPCAction {
             port: i32::from(cluster.port),
             service: None,
+        }),
+        http_get: cluster.tls_secret.is_some().then(|| HTTPGetAction {
+            path: Some(names::READYZ_PATH.into()),
+            port: IntOrString::String("metrics".into()),
+            ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
         failure_threshold: Some(failures),
@@ -436,6 +457,57 @@ mod tests {
             ..Default::default()
         });
         assert_ne!(hash(&base), hash(&cpu));
+    }
+
+    #[test]
+    fn a_tls_cluster_mounts_its_secret_and_probes_readyz_on_the_metrics_port() {
+        let mut cc = cluster(&[("hot", 3)]);
+        cc.spec.tls = Some(crds::cachecluster::TlsSpec {
+            secret_name: "certs".into(),
+        });
+        let valid = validate(&cc, &defaults()).unwrap();
+        let sts = build_statefulset(&valid, &valid.pools[0], 3);
+        let pod = sts.spec.unwrap().template.spec.unwrap();
+        let tls = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "tls")
+            .unwrap()
+            .secret
+            .unwrap();
+        assert_eq!(tls.secret_name.as_deref(), Some("certs"));
+        let files: Vec<String> = tls.items.unwrap().into_iter().map(|i| i.path).collect();
+        assert_eq!(files, ["tls.crt", "tls.key", "ca.crt"]);
+        let container = &pod.containers[0];
+        let mount = container
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == "tls")
+            .unwrap();
+        assert_eq!(mount.mount_path, "/etc/flightcache/tls");
+        assert!(
+            mount.sub_path.is_none(),
+            "a subPath mount would never be updated"
+        );
+        for probe in [&container.readiness_probe, &container.liveness_probe] {
+            let probe = probe.as_ref().unwrap();
+            assert!(probe.grpc.is_none(), "the kubelet's gRPC probe has no TLS");
+            let http = probe.http_get.as_ref().unwrap();
+            assert_eq!(http.path.as_deref(), Some("/readyz"));
+            assert_eq!(http.port, IntOrString::String("metrics".into()));
+        }
+        let doc = crate::build::configmap::compute_node_config(&valid, &valid.pools[0]);
+        assert_eq!(
+            doc.tls_cert_file.as_deref(),
+            Some("/etc/flightcache/tls/tls.crt")
+        );
+        assert_eq!(
+            doc.tls_ca_file.as_deref(),
+            Some("/etc/flightcache/tls/ca.crt")
+        );
     }
 
     #[test]
