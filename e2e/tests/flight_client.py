@@ -12,9 +12,11 @@ and prints how many are present and byte-identical (a key that differs fails the
 `action` runs the DoAction ACTION (empty body) and fails unless its outcome is EXPECT:
 `ok` (the result is printed), `unauthenticated` or `permission-denied` (the message is
 printed).
-TOKEN "-" means the cluster has no auth.
+TOKEN "-" means the cluster has no auth. With FLIGHTCACHE_TLS_CA set (a PEM file), the
+client speaks TLS (`grpc+tls://`) and trusts that CA.
 """
 
+import os
 import sys
 
 import pyarrow as pa
@@ -29,8 +31,16 @@ def table(rows: int, seed: int = 0) -> pa.Table:
     })
 
 
+def dial(host: str, port: str) -> flight.FlightClient:
+    ca = os.environ.get("FLIGHTCACHE_TLS_CA")
+    if ca:
+        with open(ca, "rb") as f:
+            return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=f.read())
+    return flight.connect(f"grpc://{host}:{port}")
+
+
 def connect(host: str, port: str, token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
-    client = flight.connect(f"grpc://{host}:{port}")
+    client = dial(host, port)
     headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
     return client, flight.FlightCallOptions(headers=headers, timeout=20)
 
@@ -80,7 +90,7 @@ def main() -> None:
     elif verb == "action":
         expect = n
         # Without a token there is no Handshake: the call itself must be refused.
-        client = flight.connect(f"grpc://{host}:{port}")
+        client = dial(host, port)
         headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
         options = flight.FlightCallOptions(headers=headers, timeout=20)
         try:
