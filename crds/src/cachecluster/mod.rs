@@ -130,7 +130,10 @@ pub struct CacheClusterSpec {
     pub auth: Option<AuthSpec>,
 
     /// TLS for the Flight port. When set, nodes serve gRPC over TLS with the
-    /// certificate in the Secret, and clients use `grpc+tls://`. Unset: plaintext.
+    /// certificate in the Secret, verify each other against its `ca.crt`, and clients use
+    /// `grpc+tls://` trusting that CA. A certificate rotated in the Secret (cert-manager
+    /// renewing it) is served within about a minute, without a restart or a failed call.
+    /// Unset: plaintext.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
@@ -183,10 +186,12 @@ impl Default for AuthSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
-    /// Name of a `kubernetes.io/tls` Secret in the cluster's namespace (`tls.crt`,
-    /// `tls.key`). Its certificate must be valid for the pools' Service names
-    /// (`<cluster>-<pool>.<namespace>.svc`) and, since nodes forward to each other,
-    /// for the nodes' own DNS names.
+    /// Name of a Secret in the cluster's namespace in cert-manager's shape: `tls.crt`,
+    /// `tls.key` and `ca.crt` (the CA that signed it). Its certificate must be valid for
+    /// the pools' Service names (`<cluster>-<pool>.<namespace>.svc`, and with
+    /// `.cluster.local` for clients using the full name) and, since nodes call each other
+    /// by name, for `*.<cluster>-<pool>-nodes.<namespace>.svc.cluster.local`. A missing
+    /// Secret or key is reported as Degraded.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::TLS_SECRET_MSG))]
     #[schemars(length(max = 253))]
