@@ -110,6 +110,11 @@ pub struct Cli {
     /// accepted [default: 10000].
     #[arg(long, env = "FLIGHTCACHE_MAX_CONNECTIONS")]
     pub max_connections: Option<u64>,
+    /// Longest a call's handler may run (a DoPut's whole upload, a DoAction such as
+    /// rebalance; not the sending of a DoGet's answer) before it ends with an error; a
+    /// client's shorter grpc-timeout wins [default: 300s].
+    #[arg(long, env = "FLIGHTCACHE_MAX_CALL_DURATION", value_parser = parse_duration)]
+    pub max_call_duration: Option<Duration>,
 }
 
 /// How logs are written.
@@ -198,7 +203,13 @@ pub struct Config {
     pub location_mode: LocationMode,
     /// Most Flight connections open at once.
     pub max_connections: usize,
+    /// Longest a call's handler may run.
+    pub max_call_duration: Duration,
 }
+
+/// Default of `--max-call-duration`: above the operator's rebalance deadline (120 s) and
+/// a large upload on a slow link, far below "forever".
+pub const DEFAULT_MAX_CALL_DURATION: Duration = Duration::from_secs(300);
 
 /// Default of `--max-connections`: far above what a pool's clients and peers open, far
 /// below the file descriptors a pod gets.
@@ -251,6 +262,7 @@ impl Config {
             log_format,
             location_mode,
             max_connections,
+            max_call_duration,
         } = cli;
         let NodeDocument {
             config: file,
@@ -370,6 +382,16 @@ impl Config {
             log_format,
             location_mode: location_mode.or(file.location_mode).unwrap_or_default(),
             max_connections: pick_max_connections(max_connections.or(file.max_connections))?,
+            max_call_duration: match max_call_duration {
+                Some(duration) if duration.is_zero() => {
+                    return Err(ConfigError::Invalid {
+                        field: "max-call-duration",
+                        reason: "must be longer than 0s".into(),
+                    });
+                }
+                Some(duration) => duration,
+                None => DEFAULT_MAX_CALL_DURATION,
+            },
         })
     }
 }

@@ -139,6 +139,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         log_format: _,
         location_mode,
         max_connections,
+        max_call_duration,
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
@@ -240,6 +241,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         // ~437 MiB); keepalive pings find dead peers; the header list bound keeps a
         // request's metadata small.
         let router = tonic::transport::Server::builder()
+            .timeout(max_call_duration)
             .initial_stream_window_size(4 << 20)
             .initial_connection_window_size(8 << 20)
             .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)

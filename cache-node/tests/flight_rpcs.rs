@@ -697,3 +697,48 @@ async fn health_reports_serving_and_shutdown_lets_an_open_stream_finish() {
         "no new connections after shutdown"
     );
 }
+
+#[tokio::test]
+async fn a_put_that_stalls_ends_at_the_call_deadline_and_frees_its_reservation() {
+    use arrow_flight::encode::FlightDataEncoderBuilder;
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    let node = start_node(&["--max-call-duration", "1s"]).await;
+    let batch = sample_batch(5000, 1);
+    let messages: Vec<FlightData> = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(path("stalled/1")))
+        .build(futures::stream::iter([Ok(batch)]))
+        .try_collect()
+        .await
+        .unwrap();
+    // The schema and one batch, then nothing: the client neither sends more nor ends.
+    let (sender, receiver) = tokio::sync::mpsc::channel(8);
+    for message in messages {
+        sender.send(message).await.unwrap();
+    }
+    let mut raw = FlightServiceClient::new(channel(&node).await);
+    let started = std::time::Instant::now();
+    let status = match raw
+        .do_put(tokio_stream::wrappers::ReceiverStream::new(receiver))
+        .await
+    {
+        Err(status) => status,
+        Ok(response) => response.into_inner().message().await.unwrap_err(),
+    };
+    let waited = started.elapsed();
+    println!(
+        "a stalled put ended after {waited:?} (limit 1 s): {:?} {}",
+        status.code(),
+        status.message()
+    );
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert_ne!(status.code(), Code::Ok);
+    let mut client = client(&node).await;
+    let counters = stats(&mut client).await;
+    assert_eq!(counters["reservedBytes"], 0);
+    assert_eq!(counters["entries"], 0);
+    drop(sender);
+    node.shutdown().await.unwrap();
+}
