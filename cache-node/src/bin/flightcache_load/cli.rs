@@ -90,6 +90,11 @@ pub(crate) struct Cli {
     #[arg(long, env = "FLIGHTCACHE_LOAD_CONNECT_TIMEOUT", default_value = "10s",
           value_parser = humantime::parse_duration)]
     pub(crate) connect_timeout: Duration,
+
+    /// Speak TLS to the target, trusting the CA certificate(s) in this PEM file (the
+    /// `ca.crt` of the cluster's TLS Secret). Not with --ring.
+    #[arg(long, env = "FLIGHTCACHE_LOAD_TLS_CA")]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
 }
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {

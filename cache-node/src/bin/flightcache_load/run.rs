@@ -137,8 +137,20 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         seed,
         timeout,
         connect_timeout,
+        tls_ca,
     } = cli;
     cli::check_target(&address).map_err(LoadError::Usage)?;
+    if ring && tls_ca.is_some() {
+        return Err(LoadError::Usage(
+            "--tls-ca works with a direct target, not with --ring".into(),
+        ));
+    }
+    let tls_ca = tls_ca
+        .map(|path| {
+            std::fs::read(&path)
+                .map_err(|err| LoadError::Usage(format!("--tls-ca {}: {err}", path.display())))
+        })
+        .transpose()?;
     let rows = usize::try_from(rows).map_err(|err| LoadError::Usage(err.to_string()))?;
     let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
     let config = RunConfig {
@@ -171,7 +183,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         write_atomically(path, &summary)?;
     }
 
-    let target = Target::connect(&address, token, ring, connect_timeout)
+    let target = Target::connect(&address, token, tls_ca, ring, connect_timeout)
         .await
         .map_err(|CallError { code, message }| LoadError::Connect {
             target: address.clone(),

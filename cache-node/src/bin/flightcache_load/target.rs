@@ -14,7 +14,7 @@ use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
 use crds::admin::AdminAction;
 use futures::{StreamExt, TryStreamExt};
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::record::CallError;
 use crate::workload::Workload;
@@ -57,12 +57,13 @@ impl Target {
     pub(crate) async fn connect(
         address: &str,
         token: Option<String>,
+        tls_ca: Option<Vec<u8>>,
         ring: bool,
         patience: Duration,
     ) -> Result<Self, CallError> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
-            let attempt = Self::try_connect(address, token.clone(), ring).await;
+            let attempt = Self::try_connect(address, token.clone(), tls_ca.as_deref(), ring).await;
             match attempt {
                 Ok(target) => return Ok(target),
                 Err(err) => {
@@ -79,6 +80,7 @@ impl Target {
     async fn try_connect(
         address: &str,
         token: Option<String>,
+        tls_ca: Option<&[u8]>,
         ring: bool,
     ) -> Result<Self, CallError> {
         let call = async {
@@ -88,11 +90,18 @@ impl Target {
                     .map_err(|err| client_error(&err))?;
                 return Ok(Self::Ring(Arc::new(client)));
             }
-            let endpoint = Endpoint::from_shared(format!("http://{address}"))
-                .map_err(|err| CallError {
-                    code: "CLIENT",
-                    message: format!("bad target '{address}': {err}"),
-                })?
+            let bad_target = |err: tonic::transport::Error| CallError {
+                code: "CLIENT",
+                message: format!("bad target '{address}': {err}"),
+            };
+            let scheme = if tls_ca.is_some() { "https" } else { "http" };
+            let mut endpoint =
+                Endpoint::from_shared(format!("{scheme}://{address}")).map_err(bad_target)?;
+            if let Some(ca) = tls_ca {
+                let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+                endpoint = endpoint.tls_config(tls).map_err(bad_target)?;
+            }
+            let endpoint = endpoint
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
