@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
@@ -84,6 +85,12 @@ pub async fn apply_all(client: &Client, namespace: &str, desired: &[DesiredPool]
         apply(client, namespace, &pool.headless_service).await?;
         apply(client, namespace, &pool.client_service).await?;
         apply(client, namespace, &pool.pdb).await?;
+        match &pool.network_policy {
+            Some(policy) => {
+                apply(client, namespace, policy).await?;
+            }
+            None => delete_network_policy(client, namespace, &pool.statefulset.name_any()).await?,
+        }
         apply(client, namespace, &pool.statefulset).await?;
         tracing::debug!(pool = %pool.pool, "applied the pool's objects");
     }
@@ -167,6 +174,21 @@ pub async fn reconcile_service_monitor(
     }
 }
 
+/// Deletes the pool's NetworkPolicy (named like its StatefulSet) when the spec turns them
+/// off; absent is fine.
+async fn delete_network_policy(client: &Client, namespace: &str, name: &str) -> Result<()> {
+    let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind: "NetworkPolicy",
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
 /// Deletes the children of pools that are no longer in the spec; returns their pool
 /// names.
 ///
@@ -184,6 +206,7 @@ pub async fn delete_removed_pools(
         .extend(delete_unwanted::<PodDisruptionBudget>(client, namespace, cluster, wanted).await?);
     removed.extend(delete_unwanted::<Service>(client, namespace, cluster, wanted).await?);
     removed.extend(delete_unwanted::<ConfigMap>(client, namespace, cluster, wanted).await?);
+    removed.extend(delete_unwanted::<NetworkPolicy>(client, namespace, cluster, wanted).await?);
     Ok(removed)
 }
 
@@ -240,6 +263,7 @@ where
         "ConfigMap" => "ConfigMap",
         "Service" => "Service",
         "PodDisruptionBudget" => "PodDisruptionBudget",
+        "NetworkPolicy" => "NetworkPolicy",
         "StatefulSet" => "StatefulSet",
         "Pod" => "Pod",
         _ => "object",

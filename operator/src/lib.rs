@@ -93,5 +93,6 @@ fn defaults(config: &Config) -> Defaults {
         node_image: config.node_image.clone(),
         image_pull_policy: config.node_image_pull_policy.clone(),
         cluster_domain: config.cluster_domain.clone(),
+        operator_namespace: config.lease_namespace.clone(),
     }
 }

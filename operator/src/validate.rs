@@ -12,6 +12,7 @@ use crds::cachecluster::{AuthSpec, CacheCluster, FieldError, InvalidSpec, PoolSp
 use crate::build::names::{self, GENERATED_TOKEN_KEY};
 use crds::node_config::{EvictionPolicy, LocationMode, TtlMode};
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
@@ -45,6 +46,9 @@ pub struct Defaults {
     pub image_pull_policy: String,
     /// DNS domain of the Kubernetes cluster (`cluster.local`).
     pub cluster_domain: String,
+    /// The operator's own namespace (its pods are admitted by the pools'
+    /// NetworkPolicies).
+    pub operator_namespace: String,
 }
 
 /// A cluster the operator can act on.
@@ -68,12 +72,25 @@ pub struct ValidatedCluster {
     pub client_token: Option<ClientToken>,
     /// The TLS Secret (`tls.crt`, `tls.key`, `ca.crt`), when the Flight port serves TLS.
     pub tls_secret: Option<String>,
+    /// Who may reach the nodes; none when `spec.networkPolicy.disabled`.
+    pub network_policy: Option<ValidatedNetworkPolicy>,
     /// Image pull policy of node containers.
     pub image_pull_policy: String,
     /// DNS domain of the Kubernetes cluster.
     pub cluster_domain: String,
     /// Pools in spec order.
     pub pools: Vec<ValidatedPool>,
+}
+
+/// The pools' NetworkPolicy, every default resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedNetworkPolicy {
+    /// The operator's namespace.
+    pub operator_namespace: String,
+    /// Who may call the Flight port besides the pool's nodes and the operator.
+    pub clients: Vec<NetworkPolicyPeer>,
+    /// Who may scrape the metrics port; none: anyone.
+    pub metrics_scrapers: Option<Vec<NetworkPolicyPeer>>,
 }
 
 /// The Secret holding the clients' token(s).
@@ -173,9 +190,33 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         service_monitor: cc.spec.monitoring.service_monitor,
         client_token,
         tls_secret: cc.spec.tls.as_ref().map(|tls| tls.secret_name.clone()),
+        network_policy: network_policy(
+            cc.spec.network_policy.clone().unwrap_or_default(),
+            defaults,
+        ),
         image_pull_policy: defaults.image_pull_policy.clone(),
         cluster_domain: defaults.cluster_domain.clone(),
         pools,
+    })
+}
+
+/// On unless disabled; clients default to every pod of the cluster's namespace.
+fn network_policy(
+    spec: crds::cachecluster::NetworkPolicySpec,
+    defaults: &Defaults,
+) -> Option<ValidatedNetworkPolicy> {
+    if spec.disabled {
+        return None;
+    }
+    Some(ValidatedNetworkPolicy {
+        operator_namespace: defaults.operator_namespace.clone(),
+        clients: spec.clients.unwrap_or_else(|| {
+            vec![NetworkPolicyPeer {
+                pod_selector: Some(Default::default()),
+                ..NetworkPolicyPeer::default()
+            }]
+        }),
+        metrics_scrapers: spec.metrics_scrapers,
     })
 }
 
@@ -267,6 +308,7 @@ pub(crate) mod fixtures {
             node_image: "flightcache/node:test".into(),
             image_pull_policy: "IfNotPresent".into(),
             cluster_domain: "cluster.local".into(),
+            operator_namespace: "flightcache-system".into(),
         }
     }
 

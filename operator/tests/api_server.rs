@@ -99,6 +99,7 @@ fn context(client: &Client) -> Arc<Context> {
         node_image: "flightcache-node:e2e".into(),
         image_pull_policy: "Never".into(),
         cluster_domain: "cluster.local".into(),
+        operator_namespace: "flightcache-system".into(),
     };
     Arc::new(Context::new(
         client.clone(),

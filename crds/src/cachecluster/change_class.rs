@@ -47,7 +47,7 @@ impl ChangeClass {
 ///
 /// Fields without a class: `spec.pools` itself (adding a pool creates its nodes,
 /// removing one deletes them), `spec.pools[].name` (the pool's key: a new name is a new
-/// pool) and `spec.monitoring` (a group of fields).
+/// pool), and `spec.monitoring` and `spec.networkPolicy` (groups of fields).
 pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
     ("spec.image", ChangeClass::RestartWithHandoff),
     ("spec.port", ChangeClass::RestartWithHandoff),
@@ -62,6 +62,9 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
         ChangeClass::RestartWithHandoff,
     ),
     ("spec.monitoring.serviceMonitor", ChangeClass::Live),
+    ("spec.networkPolicy.disabled", ChangeClass::Live),
+    ("spec.networkPolicy.clients", ChangeClass::Live),
+    ("spec.networkPolicy.metricsScrapers", ChangeClass::Live),
     ("spec.pools[].shards", ChangeClass::RingChange),
     ("spec.pools[].maxEntries", ChangeClass::Live),
     ("spec.pools[].ttl", ChangeClass::Live),

@@ -14,6 +14,7 @@ pub mod rules;
 pub mod status;
 pub mod validate;
 
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -141,6 +142,34 @@ pub struct CacheClusterSpec {
     /// Metrics settings of the cache nodes.
     #[serde(default = "defaults::monitoring")]
     pub monitoring: MonitoringSpec,
+
+    /// Who may reach the nodes. The operator keeps one NetworkPolicy per pool
+    /// (`<cluster>-<pool>`) admitting the pool's own nodes, the operator, `clients` on the
+    /// Flight port and `metricsScrapers` on the metrics port, and nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicySpec>,
+}
+
+/// The pools' NetworkPolicies.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Leave the pools without a NetworkPolicy (the operator deletes the ones it made).
+    /// Change: live (no node restarts).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
+
+    /// Who may call the Flight port, as NetworkPolicy peers (`podSelector`,
+    /// `namespaceSelector`, `ipBlock`). Unset: every pod of the cluster's namespace.
+    /// Change: live (no node restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Vec<NetworkPolicyPeer>>,
+
+    /// Who may scrape the metrics port, as NetworkPolicy peers. Unset: any pod of any
+    /// namespace (the series name no keys).
+    /// Change: live (no node restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_scrapers: Option<Vec<NetworkPolicyPeer>>,
 }
 
 /// Client token authentication.
@@ -234,6 +263,7 @@ impl CacheClusterSpec {
             auth: None,
             tls: None,
             monitoring: defaults::monitoring(),
+            network_policy: None,
         }
     }
 }

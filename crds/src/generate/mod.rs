@@ -43,6 +43,16 @@ pub const EMBEDDED: &[(&str, &str, &str)] = &[
         "topologyspreadconstraint-v1-core",
     ),
     (
+        "spec.networkPolicy.clients",
+        "[]networking/v1 NetworkPolicyPeer",
+        "networkpolicypeer-v1-networking-k8s-io",
+    ),
+    (
+        "spec.networkPolicy.metricsScrapers",
+        "[]networking/v1 NetworkPolicyPeer",
+        "networkpolicypeer-v1-networking-k8s-io",
+    ),
+    (
         "status.conditions",
         "[]meta/v1 Condition",
         "condition-v1-meta",

@@ -7,6 +7,7 @@ pub mod configmap;
 #[cfg(test)]
 pub(crate) mod golden;
 pub mod names;
+pub mod networkpolicy;
 pub mod pdb;
 pub mod service;
 pub mod servicemonitor;
@@ -14,6 +15,7 @@ pub mod statefulset;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crds::node_config::Topology;
@@ -50,6 +52,8 @@ pub struct DesiredPool {
     pub client_service: Service,
     /// Disruption budget.
     pub pdb: PodDisruptionBudget,
+    /// Who may reach the nodes (none when `spec.networkPolicy.disabled`).
+    pub network_policy: Option<NetworkPolicy>,
     /// The nodes (applied last).
     pub statefulset: StatefulSet,
 }
@@ -94,6 +98,10 @@ pub fn desired_resources(cluster: &ValidatedCluster, layouts: &[PoolLayout]) -> 
             headless_service: service::build_headless_service(cluster, pool),
             client_service: service::build_client_service(cluster, pool),
             pdb: pdb::build_pdb(cluster, pool),
+            network_policy: cluster
+                .network_policy
+                .as_ref()
+                .map(|policy| networkpolicy::build_network_policy(cluster, pool, policy)),
             statefulset: statefulset::build_statefulset(cluster, pool, layout.replicas),
         })
         .collect()
