@@ -38,9 +38,10 @@ pub struct Config {
         default_value = "cluster.local"
     )]
     pub cluster_domain: String,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// Watch only these namespaces, comma-separated (default: all namespaces). With a
+    /// list, the operator needs rights in those namespaces only (the chart's default).
+    #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE", value_delimiter = ',')]
+    pub watch_namespace: Vec<String>,
     /// Elect a leader with a Lease so several replicas can run.
     #[arg(long, env = "FLIGHTCACHE_LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_election: bool,
@@ -80,11 +81,11 @@ mod tests {
             "--node-image-pull-policy=Never",
             "--log-format=json",
             "--leader-election=true",
-            "--watch-namespace=cache",
+            "--watch-namespace=cache,bi",
         ])
         .unwrap();
         assert!(config.leader_election);
-        assert_eq!(config.watch_namespace.as_deref(), Some("cache"));
+        assert_eq!(config.watch_namespace, ["cache", "bi"]);
         assert!(
             !Config::try_parse_from(["flightcache-operator"])
                 .unwrap()

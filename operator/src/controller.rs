@@ -408,7 +408,27 @@ where
     }
 }
 
-/// Runs the controller until SIGTERM/Ctrl-C.
+/// Runs a controller for each of `namespaces` (all namespaces when empty) until
+/// SIGTERM/Ctrl-C: with a list, every watch and call stays inside those namespaces, so
+/// namespaced RoleBindings are all the operator needs.
+///
+/// # Errors
+/// The first controller that cannot start (the CRD not installed, no rights in a
+/// namespace).
+pub async fn run_all(ctx: Arc<Context>, namespaces: &[String]) -> anyhow::Result<()> {
+    if namespaces.is_empty() {
+        return run(ctx, None).await;
+    }
+    let controllers = namespaces
+        .iter()
+        .map(|namespace| run(Arc::clone(&ctx), Some(namespace.as_str())));
+    for result in futures::future::join_all(controllers).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// Runs the controller over one namespace, or all, until SIGTERM/Ctrl-C.
 ///
 /// # Errors
 /// When the CacheCluster CRD is not installed.

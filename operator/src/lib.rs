@@ -71,7 +71,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             &config.identity,
         ));
         tokio::select! {
-            result = controller::run(ctx, config.watch_namespace.as_deref()) => result,
+            result = controller::run_all(ctx, &config.watch_namespace) => result,
             () = lost => {
                 metrics.set_leader(false);
                 anyhow::bail!("lost the leader lease; exiting so a restart rejoins the election")
@@ -84,7 +84,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             Arc::clone(&metrics),
             &config.identity,
         ));
-        controller::run(ctx, config.watch_namespace.as_deref()).await
+        controller::run_all(ctx, &config.watch_namespace).await
     }
 }
 

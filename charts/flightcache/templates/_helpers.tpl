@@ -13,6 +13,11 @@ app.kubernetes.io/name: flightcache-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* The namespaces the operator watches, comma-separated (default: the release's). */ -}}
+{{- define "flightcache.watchNamespaces" -}}
+{{- if .Values.watchNamespaces }}{{ join "," .Values.watchNamespaces }}{{ else }}{{ .Release.Namespace }}{{ end -}}
+{{- end -}}
+
 {{- define "flightcache.fullname" -}}{{ .Release.Name }}-operator{{- end -}}
 
 {{- /*
