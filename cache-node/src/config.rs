@@ -115,6 +115,10 @@ pub struct Cli {
     /// client's shorter grpc-timeout wins [default: 300s].
     #[arg(long, env = "FLIGHTCACHE_MAX_CALL_DURATION", value_parser = parse_duration)]
     pub max_call_duration: Option<Duration>,
+    /// How long a DoGet answer larger than 1 MiB may go without the client reading before
+    /// the node ends it (DEADLINE_EXCEEDED) and lets go of the entry's bytes [default: 30s].
+    #[arg(long, env = "FLIGHTCACHE_MAX_READ_STALL", value_parser = parse_duration)]
+    pub max_read_stall: Option<Duration>,
 }
 
 /// How logs are written.
@@ -205,7 +209,12 @@ pub struct Config {
     pub max_connections: usize,
     /// Longest a call's handler may run.
     pub max_call_duration: Duration,
+    /// Longest a large DoGet answer may go unread.
+    pub max_read_stall: Duration,
 }
+
+/// Default of `--max-read-stall`.
+pub const DEFAULT_MAX_READ_STALL: Duration = Duration::from_secs(30);
 
 /// Default of `--max-call-duration`: above the operator's rebalance deadline (120 s) and
 /// a large upload on a slow link, far below "forever".
@@ -263,6 +272,7 @@ impl Config {
             location_mode,
             max_connections,
             max_call_duration,
+            max_read_stall,
         } = cli;
         let NodeDocument {
             config: file,
@@ -391,6 +401,16 @@ impl Config {
                 }
                 Some(duration) => duration,
                 None => DEFAULT_MAX_CALL_DURATION,
+            },
+            max_read_stall: match max_read_stall {
+                Some(duration) if duration.is_zero() => {
+                    return Err(ConfigError::Invalid {
+                        field: "max-read-stall",
+                        reason: "must be longer than 0s".into(),
+                    });
+                }
+                Some(duration) => duration,
+                None => DEFAULT_MAX_READ_STALL,
             },
         })
     }

@@ -144,6 +144,9 @@ pub struct Metrics {
     pub replica_write_failures: Counter,
     /// Connections closed on accept because `max_connections` were open.
     pub connections_refused: Counter,
+    /// Local-hit answers whose reader took no frame for `--max-read-stall`: their frames
+    /// were let go.
+    pub stalled_reads: Counter,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: Counter,
     /// Certificate or CA files re-read and applied.
@@ -243,6 +246,12 @@ impl Metrics {
             "Flight connections closed on accept because the node's connection limit was reached",
             connections_refused.clone(),
         );
+        let stalled_reads = Counter::default();
+        registry.register(
+            "stalled_reads",
+            "DoGet answers whose reader took nothing for --max-read-stall; the node let go of their bytes",
+            stalled_reads.clone(),
+        );
         let tls_handshake_failures = Counter::default();
         registry.register(
             "tls_handshake_failures",
@@ -299,6 +308,7 @@ impl Metrics {
             rebalance_pending_entries,
             replica_write_failures,
             connections_refused,
+            stalled_reads,
             tls_handshake_failures,
             tls_reloads,
             tls_reload_failures,

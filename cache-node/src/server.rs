@@ -140,6 +140,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         location_mode,
         max_connections,
         max_call_duration,
+        max_read_stall,
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
@@ -178,6 +179,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         metrics: Arc::clone(&metrics),
         routing: Arc::clone(&routing),
         peers: peers.clone(),
+        max_read_stall,
     };
     let service = FlightCacheService::new(
         Arc::clone(&store),

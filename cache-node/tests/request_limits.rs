@@ -76,6 +76,9 @@ impl NodeProcess {
             .arg("--auth-token-file")
             .arg(&token_file)
             .args(flags)
+            // As in a pod (ADR 0005): large buffers are mmapped and go back to the system
+            // when freed, so RSS follows what the node holds.
+            .env("MALLOC_MMAP_THRESHOLD_", "131072")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -316,4 +319,114 @@ async fn scrape_counter(node: &NodeProcess, name: &str) -> f64 {
         .lines()
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// A DoGet whose answer is never read, on a raw HTTP/2 connection with the default 64 KiB
+/// window: the response future is held, its body never polled.
+async fn stalled_doget(addr: &str, key: &str) -> tokio::task::JoinHandle<()> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{addr}/arrow.flight.protocol.FlightService/DoGet"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(request, false).unwrap();
+    // gRPC message: no compression, length, then Ticket { ticket (field 1): bytes }.
+    let ticket = [b"FCT\x01P".as_slice(), key.as_bytes()].concat();
+    let mut message = vec![0x0a, u8::try_from(ticket.len()).unwrap()];
+    message.extend_from_slice(&ticket);
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    send.send_data(Bytes::from(framed), true).unwrap();
+    // Headers arrive; the body is never read, so the node's window fills and stops it.
+    let answer = response.await.unwrap();
+    assert_eq!(answer.status(), 200);
+    tokio::spawn(async move {
+        let _held = (answer, client, send);
+        let _ = driver.await;
+    })
+}
+
+#[tokio::test]
+async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
+    use arrow_flight::encode::FlightDataEncoderBuilder;
+    use futures::TryStreamExt;
+    let node = NodeProcess::start_with(&["--max-read-stall", "2s"], None).await;
+    let mut client = node.client().await;
+    // ~16 MiB per version of one key.
+    let put = |seed: i64| async move {
+        let batch = common::sample_batch(600_000, seed);
+        let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
+            .with_flight_descriptor(Some(common::path("pinned/big")))
+            .build(futures::stream::iter([Ok(batch)]))
+            .try_collect()
+            .await
+            .unwrap();
+        let mut request = tonic::Request::new(futures::stream::iter(messages));
+        request.metadata_mut().insert(
+            "authorization",
+            MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
+        );
+        request
+    };
+    client
+        .do_put(put(0).await)
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap();
+    let baseline = node.resident_bytes();
+    // Three readers that never read, each followed by a new version of the key: without
+    // the stall limit every replaced version stays pinned by its reader.
+    let mut readers = Vec::new();
+    for seed in 1..=3 {
+        readers.push(stalled_doget(&node.addr, "pinned/big").await);
+        client
+            .do_put(put(seed).await)
+            .await
+            .unwrap()
+            .into_inner()
+            .message()
+            .await
+            .unwrap();
+    }
+    let pinned = node.resident_bytes();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let released = node.resident_bytes();
+    let stalled = scrape_counter(&node, "flightcache_node_stalled_reads_total").await;
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    println!(
+        "3 unread DoGets of a ~16 MiB entry, each version replaced: RSS {:.0} MiB over the \
+         baseline while pinned, {:.0} MiB after the 2 s stall limit ({stalled} answers let go)",
+        mib(pinned.saturating_sub(baseline)),
+        mib(released.saturating_sub(baseline)),
+    );
+    assert_eq!(stalled, 3.0);
+    // Budget: the three replaced versions (~48 MiB) were held; after the limit at most one
+    // version's worth (the HTTP/2 send buffers, allocator slack) may remain over baseline.
+    assert!(
+        pinned.saturating_sub(baseline) > 32 << 20,
+        "the versions were pinned"
+    );
+    assert!(
+        released.saturating_sub(baseline) < 16 << 20,
+        "RSS still {:.0} MiB over baseline",
+        mib(released.saturating_sub(baseline))
+    );
+    for reader in readers {
+        reader.abort();
+    }
 }
