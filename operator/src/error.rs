@@ -27,6 +27,10 @@ pub enum SecretError {
     /// A token is not text.
     #[error("a token is not UTF-8")]
     NotUtf8(#[source] std::string::FromUtf8Error),
+    /// The TLS Secret's certificate cannot be served (expired, wrong names, not signed by
+    /// its CA).
+    #[error(transparent)]
+    Certificate(#[from] crate::certs::CertProblem),
     /// The operating system gave no random bytes for a new token.
     #[error("no random bytes for a token: {0}")]
     Random(String),

@@ -12,6 +12,7 @@
 
 pub(crate) mod apply;
 pub(crate) mod build;
+pub(crate) mod certs;
 pub mod config;
 pub mod controller;
 pub mod error;

@@ -65,15 +65,37 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
             source: SecretError::MissingKey(names::ADMIN_TOKEN_KEY),
         })?;
     let tls_ca = match &cluster.tls_secret {
-        Some(secret) => Some(read_tls_ca(&api, secret).await?),
+        Some(secret) => Some(read_tls_ca(&api, secret, &served_names(cluster)).await?),
         None => None,
     };
     Ok(ClusterTokens { admin, tls_ca })
 }
 
+/// The names the cluster's certificate is called by: each pool's Service name, and its
+/// first node's name (nodes call each other by name; a wildcard covers the rest).
+fn served_names(cluster: &ValidatedCluster) -> Vec<String> {
+    cluster
+        .pools
+        .iter()
+        .flat_map(|pool| {
+            let object = names::pool_object(&cluster.name, &pool.name);
+            [
+                format!("{object}.{}.svc", cluster.namespace),
+                format!(
+                    "{object}-0.{}.{}.svc.{}",
+                    names::headless_service(&cluster.name, &pool.name),
+                    cluster.namespace,
+                    cluster.cluster_domain
+                ),
+            ]
+        })
+        .collect()
+}
+
 /// The `ca.crt` of the TLS Secret `spec.tls` names (the operator verifies nodes against
-/// it), after checking that the Secret has the three keys nodes mount.
-async fn read_tls_ca(api: &Api<Secret>, name: &str) -> Result<Bytes> {
+/// it), after checking that the Secret has the three keys nodes mount and that its
+/// certificate is signed by that CA, valid now and for every name in `served_names`.
+async fn read_tls_ca(api: &Api<Secret>, name: &str, served_names: &[String]) -> Result<Bytes> {
     let failed = |source: SecretError| Error::Secret {
         secret: name.to_owned(),
         source,
@@ -88,9 +110,17 @@ async fn read_tls_ca(api: &Api<Secret>, name: &str) -> Result<Bytes> {
             return Err(failed(SecretError::MissingKey(key)));
         }
     }
-    data.get(names::TLS_CA_KEY)
+    let ca = data
+        .get(names::TLS_CA_KEY)
         .map(|ca| Bytes::from(ca.0.clone()))
-        .ok_or_else(|| failed(SecretError::MissingKey(names::TLS_CA_KEY)))
+        .ok_or_else(|| failed(SecretError::MissingKey(names::TLS_CA_KEY)))?;
+    let cert = data
+        .get(names::TLS_CERT_KEY)
+        .map(|cert| cert.0.as_slice())
+        .unwrap_or_default();
+    crate::certs::check_certificate(cert, &ca, served_names, rustls_pki_types::UnixTime::now())
+        .map_err(|problem| failed(SecretError::Certificate(problem)))?;
+    Ok(ca)
 }
 
 /// The tokens under `keys` of Secret `name`, created with fresh ones if it is absent.

@@ -220,7 +220,8 @@ pub struct TlsSpec {
     /// the pools' Service names (`<cluster>-<pool>.<namespace>.svc`, and with
     /// `.cluster.local` for clients using the full name) and, since nodes call each other
     /// by name, for `*.<cluster>-<pool>-nodes.<namespace>.svc.cluster.local`. A missing
-    /// Secret or key is reported as Degraded.
+    /// Secret or key, or a certificate that is expired, not signed by `ca.crt` or lacks a
+    /// name is reported as Degraded with the reason.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::TLS_SECRET_MSG))]
     #[schemars(length(max = 253))]
