@@ -27,7 +27,7 @@ CONTAINERD_SOCK=$STATE/containerd/containerd.sock
 KUBECONFIG_FILE=$STATE/kubeconfig
 
 # Debian packages the cluster needs (installed by `cluster up`, never removed).
-APT_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack openssl curl jq iproute2 util-linux)
+APT_PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack openssl curl jq iproute2 util-linux)
 
 T_START=${T_START:-$(date +%s.%N)}
 elapsed() { awk -v s="$T_START" -v n="$(date +%s.%N)" 'BEGIN { printf "%6.2fs", n - s }'; }
