@@ -392,26 +392,16 @@ impl Config {
             log_format,
             location_mode: location_mode.or(file.location_mode).unwrap_or_default(),
             max_connections: pick_max_connections(max_connections.or(file.max_connections))?,
-            max_call_duration: match max_call_duration {
-                Some(duration) if duration.is_zero() => {
-                    return Err(ConfigError::Invalid {
-                        field: "max-call-duration",
-                        reason: "must be longer than 0s".into(),
-                    });
-                }
-                Some(duration) => duration,
-                None => DEFAULT_MAX_CALL_DURATION,
-            },
-            max_read_stall: match max_read_stall {
-                Some(duration) if duration.is_zero() => {
-                    return Err(ConfigError::Invalid {
-                        field: "max-read-stall",
-                        reason: "must be longer than 0s".into(),
-                    });
-                }
-                Some(duration) => duration,
-                None => DEFAULT_MAX_READ_STALL,
-            },
+            max_call_duration: positive_duration(
+                "max-call-duration",
+                max_call_duration,
+                DEFAULT_MAX_CALL_DURATION,
+            )?,
+            max_read_stall: positive_duration(
+                "max-read-stall",
+                max_read_stall,
+                DEFAULT_MAX_READ_STALL,
+            )?,
         })
     }
 }
@@ -522,6 +512,22 @@ fn pick_addr(
         field,
         reason: format!("'{text}' is not a socket address such as 127.0.0.1:50051"),
     })
+}
+
+/// `value`, or `default` when unset; zero is refused.
+fn positive_duration(
+    field: &'static str,
+    value: Option<Duration>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match value {
+        Some(duration) if duration.is_zero() => Err(ConfigError::Invalid {
+            field,
+            reason: "must be longer than 0s".into(),
+        }),
+        Some(duration) => Ok(duration),
+        None => Ok(default),
+    }
 }
 
 /// Reads a token file: one token per line (blank lines ignored), several only where

@@ -363,45 +363,35 @@ async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
     use arrow_flight::encode::FlightDataEncoderBuilder;
     use futures::TryStreamExt;
     let node = NodeProcess::start_with(&["--max-read-stall", "2s"], None).await;
-    let mut client = node.client().await;
-    // ~16 MiB per version of one key.
-    let put = |seed: i64| async move {
-        let batch = common::sample_batch(600_000, seed);
-        let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
-            .with_flight_descriptor(Some(common::path("pinned/big")))
-            .build(futures::stream::iter([Ok(batch)]))
-            .try_collect()
-            .await
-            .unwrap();
-        let mut request = tonic::Request::new(futures::stream::iter(messages));
-        request.metadata_mut().insert(
-            "authorization",
-            MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
-        );
-        request
+    let client = node.client().await;
+    // Puts version `seed` of one ~16 MiB key and waits for the node's answer.
+    let put = |seed: i64| {
+        let mut client = client.clone();
+        async move {
+            let batch = common::sample_batch(600_000, seed);
+            let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
+                .with_flight_descriptor(Some(common::path("pinned/big")))
+                .build(futures::stream::iter([Ok(batch)]))
+                .try_collect()
+                .await
+                .unwrap();
+            let mut request = tonic::Request::new(futures::stream::iter(messages));
+            request.metadata_mut().insert(
+                "authorization",
+                MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
+            );
+            let mut answers = client.do_put(request).await.unwrap().into_inner();
+            answers.message().await.unwrap();
+        }
     };
-    client
-        .do_put(put(0).await)
-        .await
-        .unwrap()
-        .into_inner()
-        .message()
-        .await
-        .unwrap();
+    put(0).await;
     let baseline = node.resident_bytes();
     // Three readers that never read, each followed by a new version of the key: without
     // the stall limit every replaced version stays pinned by its reader.
     let mut readers = Vec::new();
     for seed in 1..=3 {
         readers.push(stalled_doget(&node.addr, "pinned/big").await);
-        client
-            .do_put(put(seed).await)
-            .await
-            .unwrap()
-            .into_inner()
-            .message()
-            .await
-            .unwrap();
+        put(seed).await;
     }
     let pinned = node.resident_bytes();
     tokio::time::sleep(Duration::from_secs(4)).await;

@@ -150,20 +150,9 @@ async fn a_node_that_cannot_read_its_certificate_does_not_start() {
     let files = NodeFiles::write(dir.path(), &pki);
     std::fs::write(&files.key, "not a key").unwrap();
     let flags = files.flags();
-    let mut args = vec![
-        "flightcache-node",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ];
-    args.extend(flags.iter().map(String::as_str));
-    let config = cache_node::config::Config::from_cli(
-        <cache_node::config::Cli as clap::Parser>::try_parse_from(args).unwrap(),
-    )
-    .unwrap();
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let err = cache_node::server::start(
-        config,
+        loopback_config(&args),
         std::sync::Arc::new(cache_node::store::SystemClock::new()),
     )
     .await

@@ -31,6 +31,13 @@ pub async fn start_node(flags: &[&str]) -> RunningNode {
 
 /// Starts a node on loopback whose store reads time from `clock`.
 pub async fn start_node_with_clock(flags: &[&str], clock: Arc<dyn Clock>) -> RunningNode {
+    server::start(loopback_config(flags), clock)
+        .await
+        .expect("node starts")
+}
+
+/// The configuration of a node on loopback ports with the given extra flags.
+pub fn loopback_config(flags: &[&str]) -> Config {
     let mut args = vec![
         "flightcache-node",
         "--listen",
@@ -41,8 +48,7 @@ pub async fn start_node_with_clock(flags: &[&str], clock: Arc<dyn Clock>) -> Run
         "5s",
     ];
     args.extend_from_slice(flags);
-    let config = Config::from_cli(Cli::try_parse_from(args).expect("flags parse")).expect("config");
-    server::start(config, clock).await.expect("node starts")
+    Config::from_cli(Cli::try_parse_from(args).expect("flags parse")).expect("config")
 }
 
 pub async fn channel(node: &RunningNode) -> Channel {
