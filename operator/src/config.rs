@@ -38,6 +38,11 @@ pub struct Config {
         default_value = "cluster.local"
     )]
     pub cluster_domain: String,
+    /// Image repositories node pods may run, comma-separated (e.g. `flightcache/node`); a
+    /// CacheCluster naming another image is refused as invalid. Default: the repository of
+    /// --node-image.
+    #[arg(long, env = "FLIGHTCACHE_ALLOWED_IMAGES", value_delimiter = ',')]
+    pub allowed_images: Vec<String>,
     /// Watch only these namespaces, comma-separated (default: all namespaces). With a
     /// list, the operator needs rights in those namespaces only (the chart's default).
     #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE", value_delimiter = ',')]

@@ -27,6 +27,17 @@ pub enum SecretError {
     /// A token is not text.
     #[error("a token is not UTF-8")]
     NotUtf8(#[source] std::string::FromUtf8Error),
+    /// A Secret the spec names lacks the label that lets this cluster's nodes mount it.
+    #[error(
+        "the Secret lacks the label {label}={cluster}: whoever manages the Secret adds it to let \
+         this CacheCluster's nodes mount it"
+    )]
+    NotLabelled {
+        /// The label key.
+        label: &'static str,
+        /// The cluster.
+        cluster: String,
+    },
     /// The TLS Secret's certificate cannot be served (expired, wrong names, not signed by
     /// its CA).
     #[error(transparent)]

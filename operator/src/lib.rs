@@ -95,5 +95,39 @@ fn defaults(config: &Config) -> Defaults {
         image_pull_policy: config.node_image_pull_policy.clone(),
         cluster_domain: config.cluster_domain.clone(),
         operator_namespace: config.lease_namespace.clone(),
+        allowed_images: if config.allowed_images.is_empty() {
+            vec![repository_of(&config.node_image).to_owned()]
+        } else {
+            config.allowed_images.clone()
+        },
+    }
+}
+
+/// The repository of an image reference (`repo[:tag][@digest]`; a registry's port is
+/// part of the repository).
+fn repository_of(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    match without_digest.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => repository,
+        _ => without_digest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repository_of;
+
+    #[test]
+    fn the_repository_of_an_image_reference() {
+        assert_eq!(repository_of("flightcache/node:0.1.0"), "flightcache/node");
+        assert_eq!(
+            repository_of("registry.local:5000/fc/node:1"),
+            "registry.local:5000/fc/node"
+        );
+        assert_eq!(
+            repository_of("registry.local:5000/fc/node"),
+            "registry.local:5000/fc/node"
+        );
+        assert_eq!(repository_of("fc/node@sha256:abc"), "fc/node");
     }
 }

@@ -7,8 +7,13 @@
 //! CacheCluster, so it goes with it; it is never overwritten, because the running nodes
 //! read their tokens at start. A Secret of that name that this cluster does not own is
 //! refused, never adopted: its tokens were chosen by someone else. The operator reads
-//! only these Secrets; a Secret `spec.auth.secretName` names is mounted by the nodes and
-//! never read here.
+//! only these Secrets and the `ca.crt` of the TLS Secret; of a Secret `spec.auth.secretName`
+//! names it reads only the labels.
+//!
+//! Secrets a spec names (`spec.auth.secretName`, `spec.tls.secretName`) are mounted into
+//! the nodes only when they carry the label [`SECRET_USE_LABEL`]`=<cluster>`: whoever may
+//! create a CacheCluster cannot otherwise have any Secret of the namespace mounted into the
+//! nodes (and their images, see `--allowed-images`).
 
 use std::collections::BTreeMap;
 
@@ -22,6 +27,23 @@ use kube::{Client, ResourceExt};
 use crate::build::names;
 use crate::error::{Error, Result, SecretError};
 use crate::validate::ValidatedCluster;
+
+/// The label (value: the CacheCluster's name) a Secret named in a spec must carry.
+pub const SECRET_USE_LABEL: &str = "flightcache.dev/cluster";
+
+/// Whether `labels` let `cluster`'s nodes mount the Secret.
+fn check_labelled(
+    labels: Option<&BTreeMap<String, String>>,
+    cluster: &str,
+) -> Result<(), SecretError> {
+    match labels.and_then(|labels| labels.get(SECRET_USE_LABEL)) {
+        Some(value) if value == cluster => Ok(()),
+        _ => Err(SecretError::NotLabelled {
+            label: SECRET_USE_LABEL,
+            cluster: cluster.to_owned(),
+        }),
+    }
+}
 
 /// What the operator needs to call the cluster's nodes.
 pub struct ClusterTokens {
@@ -55,8 +77,22 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
         &[names::ADMIN_TOKEN_KEY, names::PEER_TOKEN_KEY],
     )
     .await?;
-    if let Some(token) = cluster.client_token.as_ref().filter(|t| t.generated) {
-        ensure_secret(&api, cluster, &token.secret, &[names::GENERATED_TOKEN_KEY]).await?;
+    match cluster.client_token.as_ref() {
+        Some(token) if token.generated => {
+            ensure_secret(&api, cluster, &token.secret, &[names::GENERATED_TOKEN_KEY]).await?;
+        }
+        Some(token) => {
+            let failed = |source: SecretError| Error::Secret {
+                secret: token.secret.clone(),
+                source,
+            };
+            let meta = api
+                .get_metadata(&token.secret)
+                .await
+                .map_err(|err| failed(SecretError::Get(err)))?;
+            check_labelled(meta.metadata.labels.as_ref(), &cluster.name).map_err(failed)?;
+        }
+        None => {}
     }
     let admin = tokens
         .remove(names::ADMIN_TOKEN_KEY)
@@ -65,7 +101,7 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
             source: SecretError::MissingKey(names::ADMIN_TOKEN_KEY),
         })?;
     let tls_ca = match &cluster.tls_secret {
-        Some(secret) => Some(read_tls_ca(&api, secret, &served_names(cluster)).await?),
+        Some(secret) => Some(read_tls_ca(&api, secret, cluster).await?),
         None => None,
     };
     Ok(ClusterTokens { admin, tls_ca })
@@ -95,7 +131,7 @@ fn served_names(cluster: &ValidatedCluster) -> Vec<String> {
 /// The `ca.crt` of the TLS Secret `spec.tls` names (the operator verifies nodes against
 /// it), after checking that the Secret has the three keys nodes mount and that its
 /// certificate is signed by that CA, valid now and for every name in `served_names`.
-async fn read_tls_ca(api: &Api<Secret>, name: &str, served_names: &[String]) -> Result<Bytes> {
+async fn read_tls_ca(api: &Api<Secret>, name: &str, cluster: &ValidatedCluster) -> Result<Bytes> {
     let failed = |source: SecretError| Error::Secret {
         secret: name.to_owned(),
         source,
@@ -104,6 +140,7 @@ async fn read_tls_ca(api: &Api<Secret>, name: &str, served_names: &[String]) -> 
         .get(name)
         .await
         .map_err(|err| failed(SecretError::Get(err)))?;
+    check_labelled(secret.metadata.labels.as_ref(), &cluster.name).map_err(failed)?;
     let data = secret.data.unwrap_or_default();
     for key in [names::TLS_CERT_KEY, names::TLS_KEY_KEY] {
         if !data.contains_key(key) {
@@ -118,8 +155,13 @@ async fn read_tls_ca(api: &Api<Secret>, name: &str, served_names: &[String]) -> 
         .get(names::TLS_CERT_KEY)
         .map(|cert| cert.0.as_slice())
         .unwrap_or_default();
-    crate::certs::check_certificate(cert, &ca, served_names, rustls_pki_types::UnixTime::now())
-        .map_err(|problem| failed(SecretError::Certificate(problem)))?;
+    crate::certs::check_certificate(
+        cert,
+        &ca,
+        &served_names(cluster),
+        rustls_pki_types::UnixTime::now(),
+    )
+    .map_err(|problem| failed(SecretError::Certificate(problem)))?;
     Ok(ca)
 }
 
@@ -233,6 +275,19 @@ mod tests {
             tokens[names::PEER_TOKEN_KEY]
         );
         assert_eq!(tokens[names::ADMIN_TOKEN_KEY].len(), 64);
+    }
+
+    #[test]
+    fn a_named_secret_needs_the_clusters_label() {
+        let labelled = BTreeMap::from([(SECRET_USE_LABEL.to_owned(), "demo".to_owned())]);
+        assert!(check_labelled(Some(&labelled), "demo").is_ok());
+        let err = check_labelled(Some(&labelled), "other").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the Secret lacks the label flightcache.dev/cluster=other: whoever manages the \
+             Secret adds it to let this CacheCluster's nodes mount it"
+        );
+        assert!(check_labelled(None, "demo").is_err());
     }
 
     #[test]

@@ -49,6 +49,21 @@ pub struct Defaults {
     /// The operator's own namespace (its pods are admitted by the pools'
     /// NetworkPolicies).
     pub operator_namespace: String,
+    /// Image repositories node pods may run (`--allowed-images`); empty: any.
+    pub allowed_images: Vec<String>,
+}
+
+/// Message of an image outside `--allowed-images`.
+pub const IMAGE_NOT_ALLOWED_MSG: &str = "the image is not one this operator runs: its repository must be one of the operator's --allowed-images (the chart's allowedImages, by default its node image repository)";
+
+/// Whether `image` (`repo[:tag][@digest]`) is from one of the `allowed` repositories.
+pub fn image_allowed(image: &str, allowed: &[String]) -> bool {
+    allowed.is_empty()
+        || allowed.iter().any(|repository| {
+            image.strip_prefix(repository.as_str()).is_some_and(|rest| {
+                rest.is_empty() || rest.starts_with(':') || rest.starts_with('@')
+            })
+        })
 }
 
 /// A cluster the operator can act on.
@@ -170,8 +185,20 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         .clone()
         .unwrap_or_else(|| defaults.node_image.clone());
     let mut pools = Vec::new();
-    for pool in &cc.spec.pools {
+    for (index, pool) in cc.spec.pools.iter().enumerate() {
         match validate_pool(pool, &cluster_image) {
+            // A CacheCluster's author picks what runs beside its Secrets: only images the
+            // operator's installer allowed.
+            Ok(valid) if !image_allowed(&valid.image, &defaults.allowed_images) => {
+                errors.push(FieldError {
+                    field: if pool.image.is_some() {
+                        format!("spec.pools[{index}].image")
+                    } else {
+                        "spec.image".to_owned()
+                    },
+                    message: IMAGE_NOT_ALLOWED_MSG,
+                });
+            }
             Ok(valid) => pools.push(valid),
             Err(error) => errors.push(error),
         }
@@ -309,6 +336,7 @@ pub(crate) mod fixtures {
             image_pull_policy: "IfNotPresent".into(),
             cluster_domain: "cluster.local".into(),
             operator_namespace: "flightcache-system".into(),
+            allowed_images: vec!["flightcache/node".into()],
         }
     }
 
@@ -334,6 +362,32 @@ mod tests {
             compute_max_entry_bytes(compute_budget_bytes(8 << 30)),
             256 << 20
         );
+    }
+
+    #[test]
+    fn only_allowed_image_repositories_run() {
+        let allowed = vec!["flightcache/node".to_owned()];
+        for image in [
+            "flightcache/node",
+            "flightcache/node:1.2",
+            "flightcache/node@sha256:ab",
+        ] {
+            assert!(image_allowed(image, &allowed), "{image}");
+        }
+        for image in [
+            "flightcache/node-evil:1",
+            "evil/flightcache/node:1",
+            "busybox",
+        ] {
+            assert!(!image_allowed(image, &allowed), "{image}");
+        }
+        assert!(image_allowed("anything:1", &[]));
+        let mut cc = cluster(&[("hot", 1), ("cold", 1)]);
+        cc.spec.pools[1].image = Some("attacker/exfiltrate:1".into());
+        let err = validate(&cc, &defaults()).unwrap_err();
+        assert_eq!(err.errors.len(), 1);
+        assert_eq!(err.errors[0].field, "spec.pools[1].image");
+        assert_eq!(err.errors[0].message, IMAGE_NOT_ALLOWED_MSG);
     }
 
     #[test]

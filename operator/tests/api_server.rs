@@ -100,6 +100,7 @@ fn context(client: &Client) -> Arc<Context> {
         image_pull_policy: "Never".into(),
         cluster_domain: "cluster.local".into(),
         operator_namespace: "flightcache-system".into(),
+        allowed_images: vec!["flightcache-node".into()],
     };
     Arc::new(Context::new(
         client.clone(),

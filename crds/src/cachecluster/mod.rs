@@ -178,8 +178,9 @@ pub struct NetworkPolicySpec {
 #[serde(rename_all = "camelCase")]
 pub struct AuthSpec {
     /// Name of a Secret in the cluster's namespace whose key `key` holds the token(s)
-    /// clients must present, one per line (two while a token is rotated). Unset: the
-    /// operator generates the Secret `<cluster>-client-token`.
+    /// clients must present, one per line (two while a token is rotated); it must carry
+    /// the label `flightcache.dev/cluster: <cluster>` (nodes mount only Secrets labelled for
+    /// their cluster). Unset: the operator generates the Secret `<cluster>-client-token`.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::AUTH_SECRET_MSG))]
     #[schemars(length(max = 253))]
@@ -216,7 +217,8 @@ impl Default for AuthSpec {
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
     /// Name of a Secret in the cluster's namespace in cert-manager's shape: `tls.crt`,
-    /// `tls.key` and `ca.crt` (the CA that signed it). Its certificate must be valid for
+    /// `tls.key` and `ca.crt` (the CA that signed it), labelled
+    /// `flightcache.dev/cluster: <cluster>`. Its certificate must be valid for
     /// the pools' Service names (`<cluster>-<pool>.<namespace>.svc`, and with
     /// `.cluster.local` for clients using the full name) and, since nodes call each other
     /// by name, for `*.<cluster>-<pool>-nodes.<namespace>.svc.cluster.local`. A missing
