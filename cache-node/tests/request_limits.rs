@@ -420,3 +420,40 @@ async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
         reader.abort();
     }
 }
+
+#[tokio::test]
+async fn two_thousand_connections_cost_little_and_the_limit_holds() {
+    let node = NodeProcess::start_with(&["--max-connections", "1000"], None).await;
+    let baseline = node.resident_bytes();
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for _ in 0..2000 {
+        match h2_answers(&node.addr).await {
+            Some(client) => open.push(client),
+            None => refused += 1,
+        }
+    }
+    let grown = node.resident_bytes().saturating_sub(baseline);
+    println!(
+        "2,000 connections against a limit of 1,000: {} answered, {refused} closed on accept; \
+         RSS grew {:.1} MiB with 1,000 open",
+        open.len(),
+        grown as f64 / f64::from(1 << 20)
+    );
+    assert_eq!(open.len(), 1000);
+    assert_eq!(refused, 1000);
+    // Budget: an idle authenticated-nothing HTTP/2 connection costs the node its socket
+    // buffers and h2 state (tens of KiB); 1,000 of them well under 64 MiB.
+    assert!(grown < 64 << 20, "RSS grew {grown} bytes");
+    assert_eq!(
+        scrape_counter(&node, "flightcache_node_connections_refused_total").await,
+        1000.0
+    );
+    drop(open);
+    // The places come back as the connections close.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h2_answers(&node.addr).await.is_none() {
+        assert!(Instant::now() < deadline, "no place was freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
