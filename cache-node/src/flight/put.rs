@@ -284,4 +284,26 @@ mod tests {
             assert!(matches!(err, Error::BadPutOptions(_)), "{err}");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any `app_metadata` a client sends: an option error or a TTL within the
+        /// bounds, never a panic.
+        #[test]
+        fn any_app_metadata_is_an_error_or_a_bounded_ttl(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+            ttl in "[0-9]{1,12}(ms|s|m|h)",
+        ) {
+            for input in [bytes, format!(r#"{{"ttl": "{ttl}"}}"#).into_bytes()] {
+                match parse_options(&input) {
+                    Ok(Some(ttl)) => proptest::prop_assert!(
+                        !ttl.is_zero() && ttl <= crate::config::MAX_TTL
+                    ),
+                    Ok(None) => {}
+                    Err(err) => proptest::prop_assert!(matches!(err, Error::BadPutOptions(_))),
+                }
+            }
+        }
+    }
 }
