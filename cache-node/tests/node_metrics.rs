@@ -134,3 +134,19 @@ async fn a_rebalance_is_counted_and_its_gauges_return_to_zero() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn readyz_says_serving_and_nothing_else() {
+    // The kubelet's probe when the Flight port speaks TLS. It has no credential, so the
+    // answer carries no data: one word, and only GET on this path.
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "readyz-test-token").unwrap();
+    let node = start_node(&["--auth-token-file", token.to_str().unwrap()]).await;
+    let response = http_get(node.metrics_addr, "/readyz").await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("\r\n\r\nserving"), "{response}");
+    let other = http_get(node.metrics_addr, "/readyz/../stats").await;
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    node.shutdown().await.unwrap();
+}

@@ -147,15 +147,19 @@ pub fn status(err: FlightError) -> tonic::Status {
 
 /// The metrics endpoint's text exposition.
 pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    let response = http_get(addr, "/metrics").await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The whole HTTP/1.1 response (status line, headers, body) to `GET path` on `addr`.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     response
 }
 
