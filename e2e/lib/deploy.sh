@@ -20,7 +20,10 @@ build_and_import_images() {
 # $SYSTEM_NS with the extra helm arguments (e.g. --set monitoring...); waits for the
 # Deployment to be available.
 install_operator() {
-  kctl apply --server-side -f "$ROOT/charts/flightcache/crds/" >/dev/null
+  # The shipped CRD, taking over the fields an earlier test applied from the generator in
+  # process (operator/tests/api_server.rs, field manager flightcache-tests): without
+  # --force-conflicts the apply failed and the tests ran against that test's copy.
+  kctl apply --server-side --force-conflicts -f "$ROOT/charts/flightcache/crds/" >/dev/null
   wait_condition 60 crd/cacheclusters.flightcache.dev Established || return 1
   kctl create namespace "$SYSTEM_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
   "$ROOT/scripts/helm" upgrade --install flightcache "$ROOT/charts/flightcache" -n "$SYSTEM_NS" \
