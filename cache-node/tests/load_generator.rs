@@ -117,6 +117,27 @@ async fn finish(child: Child, out: &Path) -> (Output, Value) {
     (output, summary)
 }
 
+/// Waits (at most 30 s) until the run's summary in `out` reports `count` intervals of
+/// `phase`.
+async fn wait_for_intervals(out: &Path, phase: &str, count: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read(out).unwrap_or_default();
+        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        let seen = partial["intervals"]
+            .as_array()
+            .map_or(0, |i| i.iter().filter(|i| i["phase"] == phase).count());
+        if seen >= count {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{seen} of {count} intervals of phase {phase} after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn args(target: &str, out: &Path, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--target",
@@ -206,12 +227,14 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
     let out = dir.path().join("summary.json");
     let phase_file = dir.path().join("phase");
     std::fs::write(&phase_file, "steady\n").unwrap();
+    // A long run ended by SIGTERM once every phase was reported: on a busy machine a
+    // fixed-length run could end before the test got to its phases.
     let load_args = args(
         &node.addr,
         &out,
         &[
             "--duration",
-            "4s",
+            "120s",
             "--phase-file",
             phase_file.to_str().unwrap(),
         ],
@@ -221,26 +244,19 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait for the warm phase to end (the summary file says the run started with `warm`).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read(&out).unwrap_or_default();
-        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
-        if partial["intervals"]
-            .as_array()
-            .is_some_and(|i| i.len() >= 2)
-        {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no intervals yet");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_intervals(&out, "steady", 2).await;
     std::fs::write(&phase_file, "clear\n").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cleared = node.action("clear", "").await;
     assert!(cleared["removed"].as_u64().unwrap() > 100, "{cleared}");
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    wait_for_intervals(&out, "clear", 1).await;
     std::fs::write(&phase_file, "after\n").unwrap();
+    wait_for_intervals(&out, "after", 2).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
     let (_, summary) = finish(child, &out).await;
 
     let totals = &summary["totals"];
