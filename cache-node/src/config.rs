@@ -5,7 +5,7 @@
 //! (the `configure` action or a changed config file; see `live.rs`). Parsing happens here,
 //! at the edge; nothing later reads the environment or parses strings.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -119,6 +119,16 @@ pub struct Cli {
     /// the node ends it (DEADLINE_EXCEEDED) and lets go of the entry's bytes [default: 30s].
     #[arg(long, env = "FLIGHTCACHE_MAX_READ_STALL", value_parser = parse_duration)]
     pub max_read_stall: Option<Duration>,
+    /// The DNS name peers reach this node by (in a pod:
+    /// `<pod>.<pool>-nodes.<namespace>.svc.<domain>`). The node reports ready only once
+    /// the name resolves (to `--pod-ip`, when given), so no peer is sent to it before
+    /// its name works.
+    #[arg(long, env = "FLIGHTCACHE_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+    /// This pod's IP, which `--advertised-host` must resolve to before the node reports
+    /// ready (a restarted pod's name resolves to its old IP for a few seconds).
+    #[arg(long, env = "FLIGHTCACHE_POD_IP")]
+    pub pod_ip: Option<IpAddr>,
 }
 
 /// How logs are written.
@@ -211,6 +221,18 @@ pub struct Config {
     pub max_call_duration: Duration,
     /// Longest a large DoGet answer may go unread.
     pub max_read_stall: Duration,
+    /// The name peers resolve this node by, and the IP it must resolve to, before the
+    /// node reports ready.
+    pub advertised: Option<Advertised>,
+}
+
+/// The DNS name peers reach a node by, checked before the node reports ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    /// Host name (no port).
+    pub host: String,
+    /// The IP the name must resolve to; any address will do without one.
+    pub ip: Option<IpAddr>,
 }
 
 /// Default of `--max-read-stall`.
@@ -273,6 +295,8 @@ impl Config {
             max_connections,
             max_call_duration,
             max_read_stall,
+            advertised_host,
+            pod_ip,
         } = cli;
         let NodeDocument {
             config: file,
@@ -402,8 +426,41 @@ impl Config {
                 max_read_stall,
                 DEFAULT_MAX_READ_STALL,
             )?,
+            advertised: pick_advertised(advertised_host, pod_ip)?,
         })
     }
+}
+
+fn pick_advertised(
+    host: Option<String>,
+    ip: Option<IpAddr>,
+) -> Result<Option<Advertised>, ConfigError> {
+    let Some(host) = host else {
+        return match ip {
+            Some(_) => Err(ConfigError::Invalid {
+                field: "pod-ip",
+                reason: "is only used with --advertised-host".into(),
+            }),
+            None => Ok(None),
+        };
+    };
+    let host = host.trim().to_owned();
+    // A DNS name: what a peer dials, so no port, scheme or path.
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63)
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !valid {
+        return Err(ConfigError::Invalid {
+            field: "advertised-host",
+            reason: format!("{host:?} is not a DNS name (letters, digits, '-' and '.')"),
+        });
+    }
+    Ok(Some(Advertised { host, ip }))
 }
 
 /// Reads and parses a node config file (config fields and an optional topology).

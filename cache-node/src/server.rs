@@ -26,6 +26,7 @@ use crate::flight::FlightCacheService;
 use crate::flight::forward::Peers;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use crate::readiness;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
 use crate::wire::accept::BoundedIncoming;
@@ -141,6 +142,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         max_connections,
         max_call_duration,
         max_read_stall,
+        advertised,
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
@@ -194,10 +196,40 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let (metrics_listener, metrics_addr) = bind(metrics_listen).await?;
 
     let (stop, stop_rx) = watch::channel(false);
+    // Liveness is the health service's overall status ("" — serving while the process
+    // runs); readiness is the Flight service's, which waits for the advertised name.
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<FlightServiceServer<FlightCacheService>>()
-        .await;
+    let (ready, ready_rx) = watch::channel(false);
+    let mut background = Vec::new();
+    match advertised {
+        None => {
+            health_reporter
+                .set_serving::<FlightServiceServer<FlightCacheService>>()
+                .await;
+            let _ = ready.send(true);
+        }
+        Some(advertised) => {
+            health_reporter
+                .set_not_serving::<FlightServiceServer<FlightCacheService>>()
+                .await;
+            let reporter = health_reporter.clone();
+            let stopping = stop_rx.clone();
+            background.push(tokio::spawn(async move {
+                let resolved = readiness::wait_until_resolvable(
+                    &advertised,
+                    readiness::system_lookup,
+                    stopping.clone(),
+                )
+                .await;
+                if resolved && !*stopping.borrow() {
+                    reporter
+                        .set_serving::<FlightServiceServer<FlightCacheService>>()
+                        .await;
+                    let _ = ready.send(true);
+                }
+            }));
+        }
+    }
     // Messages up to the largest entry (or 64 MiB) are accepted, so clients that send a
     // big batch as one message work; anything larger is refused by the max entry size.
     let decode_limit = usize::try_from(max_entry_bytes)
@@ -275,14 +307,13 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         }
     });
 
-    let mut background = vec![
-        tokio::spawn(serve_metrics(
-            metrics_listener,
-            Arc::clone(&metrics),
-            stop_rx.clone(),
-        )),
-        tokio::spawn(sweep_expired(Arc::clone(&store))),
-    ];
+    background.push(tokio::spawn(serve_metrics(
+        metrics_listener,
+        Arc::clone(&metrics),
+        ready_rx,
+        stop_rx.clone(),
+    )));
+    background.push(tokio::spawn(sweep_expired(Arc::clone(&store))));
     if let Some((files, cert, _, seen, ca)) = tls {
         let rotating_peers = peers_for_tls.clone();
         background.push(tokio::spawn(tls::watch_files(
@@ -340,23 +371,29 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError
 async fn serve_metrics(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    ready: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // /readyz for the kubelet when the Flight port speaks TLS (its gRPC probes do not):
-    // ready until shutdown begins, as the gRPC health service reports.
+    // For the kubelet when the Flight port speaks TLS (its gRPC probes do not), the
+    // gRPC health statuses over HTTP: /livez while the process runs, /readyz once the
+    // advertised name leads here and until shutdown begins.
     let stopping = stop.clone();
     let app = axum::Router::new()
+        .route("/livez", get(|| async { "alive" }))
         .route(
             "/readyz",
             get(move || {
-                let stopping = *stopping.borrow();
-                async move {
-                    if stopping {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-                    } else {
-                        (axum::http::StatusCode::OK, "serving")
-                    }
-                }
+                let answer = if *stopping.borrow() {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+                } else if *ready.borrow() {
+                    (axum::http::StatusCode::OK, "serving")
+                } else {
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "waiting for the advertised name to resolve to this node",
+                    )
+                };
+                async move { answer }
             }),
         )
         .route(

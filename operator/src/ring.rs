@@ -25,12 +25,19 @@ pub fn member_id(cluster: &ValidatedCluster, pool: &ValidatedPool, ordinal: i32)
 /// Where peers reach a member: its stable DNS name through the headless Service.
 pub fn member_address(cluster: &ValidatedCluster, pool: &ValidatedPool, ordinal: i32) -> String {
     format!(
-        "{}.{}.{}.svc.{}:{}",
-        member_id(cluster, pool, ordinal),
+        "{}:{}",
+        member_host(cluster, pool, &member_id(cluster, pool, ordinal)),
+        cluster.port
+    )
+}
+
+/// The stable DNS name of member `member` (a pod name) through the headless Service.
+pub fn member_host(cluster: &ValidatedCluster, pool: &ValidatedPool, member: &str) -> String {
+    format!(
+        "{member}.{}.{}.svc.{}",
         names::headless_service(&cluster.name, &pool.name),
         cluster.namespace,
         cluster.cluster_domain,
-        cluster.port
     )
 }
 

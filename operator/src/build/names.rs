@@ -42,6 +42,10 @@ pub const TLS_CA_KEY: &str = "ca.crt";
 /// Path of the node's readiness endpoint on its metrics port (used when the Flight port
 /// speaks TLS, which the kubelet's gRPC probes cannot).
 pub const READYZ_PATH: &str = "/readyz";
+/// The node's liveness path on its metrics port (TLS clusters' liveness probe).
+pub const LIVEZ_PATH: &str = "/livez";
+/// The gRPC health service name a node reports ready under (the Flight service's).
+pub const FLIGHT_HEALTH_SERVICE: &str = "arrow.flight.protocol.FlightService";
 
 /// Name of the client token Secret the operator generates when `spec.auth` names none.
 pub fn client_token_secret(cluster: &str) -> String {

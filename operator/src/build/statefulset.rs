@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::names;
+use crate::ring;
 use crate::validate::{ValidatedCluster, ValidatedPool};
 
 /// UID the node runs as (the distroless `nonroot` convention).
@@ -207,15 +208,24 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
             ..VolumeMount::default()
         });
     }
-    // The gRPC health service on the Flight port; over TLS, which the kubelet's gRPC
-    // probes do not speak, the node's /readyz on its metrics port.
-    let grpc_probe = |period: i32, failures: i32| Probe {
+    // The gRPC health service on the Flight port: liveness asks for the process (""),
+    // readiness for the Flight service, which serves once the node's DNS name resolves
+    // to it. Over TLS, which the kubelet's gRPC probes do not speak, the same two on the
+    // metrics port: /livez and /readyz.
+    let probe = |ready: bool, period: i32, failures: i32| Probe {
         grpc: cluster.tls_secret.is_none().then(|| GRPCAction {
             port: i32::from(cluster.port),
-            service: None,
+            service: ready.then(|| names::FLIGHT_HEALTH_SERVICE.into()),
         }),
         http_get: cluster.tls_secret.is_some().then(|| HTTPGetAction {
-            path: Some(names::READYZ_PATH.into()),
+            path: Some(
+                if ready {
+                    names::READYZ_PATH
+                } else {
+                    names::LIVEZ_PATH
+                }
+                .into(),
+            ),
             port: IntOrString::String("metrics".into()),
             ..HTTPGetAction::default()
         }),
@@ -246,7 +256,7 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
                 ..ContainerPort::default()
             },
         ]),
-        env: Some(node_env()),
+        env: Some(node_env(cluster, pool)),
         resources: Some(compute_resources(pool)),
         // Memory changes in place (Kubernetes pod resize): no restart, the hot set stays.
         resize_policy: Some(vec![
@@ -259,8 +269,8 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
                 restart_policy: "NotRequired".into(),
             },
         ]),
-        readiness_probe: Some(grpc_probe(2, 2)),
-        liveness_probe: Some(grpc_probe(10, 3)),
+        readiness_probe: Some(probe(true, 2, 2)),
+        liveness_probe: Some(probe(false, 10, 3)),
         lifecycle: Some(Lifecycle {
             // Give endpoint removal a moment to reach clients before the node drains.
             pre_stop: Some(LifecycleHandler {
@@ -337,20 +347,31 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
     }
 }
 
-/// The node's environment: its ring member id (the pod name, stable across restarts)
-/// and the allocator settings.
-fn node_env() -> Vec<EnvVar> {
-    let mut env = vec![EnvVar {
-        name: "FLIGHTCACHE_MEMBER_ID".into(),
+/// The node's environment: its ring member id (the pod name, stable across restarts),
+/// the DNS name peers dial and the pod IP it must resolve to before the node reports
+/// ready, and the allocator settings.
+fn node_env(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Vec<EnvVar> {
+    let from_field = |name: &str, field_path: &str| EnvVar {
+        name: name.into(),
         value: None,
         value_from: Some(EnvVarSource {
             field_ref: Some(ObjectFieldSelector {
-                field_path: "metadata.name".into(),
+                field_path: field_path.into(),
                 api_version: None,
             }),
             ..EnvVarSource::default()
         }),
-    }];
+    };
+    let mut env = vec![
+        from_field("FLIGHTCACHE_MEMBER_ID", "metadata.name"),
+        from_field("FLIGHTCACHE_POD_IP", "status.podIP"),
+        EnvVar {
+            // The kubelet expands $(VAR) of variables defined above.
+            name: "FLIGHTCACHE_ADVERTISED_HOST".into(),
+            value: Some(ring::member_host(cluster, pool, "$(FLIGHTCACHE_MEMBER_ID)")),
+            value_from: None,
+        },
+    ];
     env.extend(node_malloc_env());
     env
 }
@@ -460,6 +481,55 @@ mod tests {
     }
 
     #[test]
+    fn readiness_waits_for_the_name_peers_dial_and_liveness_does_not() {
+        let valid = validate(&cluster(&[("hot", 3)]), &defaults()).unwrap();
+        let sts = build_statefulset(&valid, &valid.pools[0], 3);
+        let pod = sts.spec.unwrap().template.spec.unwrap();
+        let container = &pod.containers[0];
+        let env = container.env.as_ref().unwrap();
+        let value = |name: &str| env.iter().find(|e| e.name == name).unwrap().clone();
+        // The advertised name is the ring's address of this pod, without the port.
+        let ring_address = crate::ring::member_address(&valid, &valid.pools[0], 0);
+        let advertised = value("FLIGHTCACHE_ADVERTISED_HOST").value.unwrap();
+        assert_eq!(
+            format!(
+                "{}:{}",
+                advertised.replace("$(FLIGHTCACHE_MEMBER_ID)", "demo-hot-0"),
+                valid.port
+            ),
+            ring_address
+        );
+        let pod_ip = value("FLIGHTCACHE_POD_IP")
+            .value_from
+            .unwrap()
+            .field_ref
+            .unwrap();
+        assert_eq!(pod_ip.field_path, "status.podIP");
+        // $(VAR) expands only variables defined before it.
+        let position = |name: &str| env.iter().position(|e| e.name == name).unwrap();
+        assert!(position("FLIGHTCACHE_MEMBER_ID") < position("FLIGHTCACHE_ADVERTISED_HOST"));
+        let ready = container
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .grpc
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            ready.service.as_deref(),
+            Some("arrow.flight.protocol.FlightService")
+        );
+        let live = container
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .grpc
+            .as_ref()
+            .unwrap();
+        assert_eq!(live.service, None, "liveness must not wait for DNS");
+    }
+
+    #[test]
     fn a_tls_cluster_mounts_its_secret_and_probes_readyz_on_the_metrics_port() {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
@@ -492,11 +562,14 @@ mod tests {
             mount.sub_path.is_none(),
             "a subPath mount would never be updated"
         );
-        for probe in [&container.readiness_probe, &container.liveness_probe] {
+        for (probe, path) in [
+            (&container.readiness_probe, "/readyz"),
+            (&container.liveness_probe, "/livez"),
+        ] {
             let probe = probe.as_ref().unwrap();
             assert!(probe.grpc.is_none(), "the kubelet's gRPC probe has no TLS");
             let http = probe.http_get.as_ref().unwrap();
-            assert_eq!(http.path.as_deref(), Some("/readyz"));
+            assert_eq!(http.path.as_deref(), Some(path));
             assert_eq!(http.port, IntOrString::String("metrics".into()));
         }
         let doc = crate::build::configmap::compute_node_config(&valid, &valid.pools[0]);
