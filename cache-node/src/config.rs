@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use crds::node_config::{
-    EvictionPolicy, LocationMode, NodeConfigError, NodeDocument, Topology, TtlMode,
+    ClientAuth, EvictionPolicy, LocationMode, NodeConfigError, NodeDocument, Topology, TtlMode,
 };
 use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
@@ -89,6 +89,11 @@ pub struct Cli {
     /// CA certificate(s) (PEM) peers' certificates are verified against.
     #[arg(long, env = "FLIGHTCACHE_TLS_CA_FILE")]
     pub tls_ca_file: Option<PathBuf>,
+    /// Client certificates: `required` (every connection presents one signed by
+    /// --tls-ca-file, else its handshake fails; peers present their own certificate) or
+    /// `none` [default: none]. Only with TLS.
+    #[arg(long, env = "FLIGHTCACHE_TLS_CLIENT_AUTH")]
+    pub tls_client_auth: Option<ClientAuth>,
     /// How long in-flight streams may finish after SIGTERM [default: 20s].
     #[arg(long, env = "FLIGHTCACHE_SHUTDOWN_GRACE", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
@@ -287,6 +292,7 @@ impl Config {
             tls_cert_file,
             tls_key_file,
             tls_ca_file,
+            tls_client_auth,
             shutdown_grace,
             member_id,
             topology,
@@ -374,8 +380,23 @@ impl Config {
             path(tls_key_file, &file.tls_key_file),
             path(tls_ca_file, &file.tls_ca_file),
         ) {
-            (Some(cert), Some(key), Some(ca)) => Some(TlsFiles { cert, key, ca }),
-            (None, None, None) => None,
+            (Some(cert), Some(key), Some(ca)) => Some(TlsFiles {
+                cert,
+                key,
+                ca,
+                client_auth: tls_client_auth.or(file.tls_client_auth).unwrap_or_default(),
+            }),
+            (None, None, None) => {
+                if tls_client_auth.or(file.tls_client_auth) == Some(ClientAuth::Required) {
+                    return Err(ConfigError::Invalid {
+                        field: "tls-client-auth",
+                        reason: "client certificates need TLS: give --tls-cert-file, \
+                                 --tls-key-file and --tls-ca-file"
+                            .into(),
+                    });
+                }
+                None
+            }
             _ => {
                 return Err(ConfigError::Invalid {
                     field: "tls-cert-file",

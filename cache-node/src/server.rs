@@ -35,6 +35,7 @@ use crate::wire::limits::RequestLimitLayer;
 use crate::wire::relay::{DoGetRelay, RelayNode};
 use crate::wire::tls::{self, TlsError};
 use crds::chain;
+use crds::node_config::ClientAuth;
 use crds::node_config::NodeDocument;
 
 /// How often expired entries are purged.
@@ -119,6 +120,16 @@ pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 /// Most bytes of a request's headers (the token, the internal headers, grpc-timeout).
 pub const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 
+/// The TLS state of a node whose Flight port serves TLS.
+struct ServedTls {
+    files: tls::TlsFiles,
+    cert: Arc<tls::ReloadingCert>,
+    clients: Option<Arc<tls::ReloadingClientVerifier>>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    seen: tls::CertPem,
+    ca: bytes::Bytes,
+}
+
 /// Binds the listeners and starts every task of a node, its store reading time from
 /// `clock` (the system clock in production, a manual one in tests).
 ///
@@ -167,14 +178,34 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
             let (certified, seen) = tls::load_certified_key(&files).map_err(ServerError::Tls)?;
             let ca = tls::load_ca(&files.ca).map_err(ServerError::Tls)?;
             let cert = Arc::new(tls::ReloadingCert::new(certified));
-            let acceptor = tls::acceptor(Arc::clone(&cert), &files).map_err(ServerError::Tls)?;
-            Some((files, cert, acceptor, seen, ca))
+            let clients = match files.client_auth {
+                ClientAuth::Required => Some(Arc::new(
+                    tls::ReloadingClientVerifier::new(&ca, &files.ca).map_err(ServerError::Tls)?,
+                )),
+                ClientAuth::None => None,
+            };
+            let acceptor = tls::acceptor(Arc::clone(&cert), clients.clone(), &files)
+                .map_err(ServerError::Tls)?;
+            Some(ServedTls {
+                files,
+                cert,
+                clients,
+                acceptor,
+                seen,
+                ca,
+            })
         }
         None => None,
     };
+    // Peers that require client certificates are shown this node's own.
+    let peer_identity = tls
+        .as_ref()
+        .filter(|tls| tls.clients.is_some())
+        .map(|tls| (tls.seen.cert.clone(), tls.seen.key.clone()));
     let peers = Peers::with_metrics(Arc::clone(&metrics))
         .presenting(auth.peer_authorization().as_deref())
-        .verifying(tls.as_ref().map(|(.., ca)| ca.clone()));
+        .verifying(tls.as_ref().map(|tls| tls.ca.clone()))
+        .presenting_certificate(peer_identity);
     let peers_for_tls = peers.clone();
     let relay_node = RelayNode {
         store: Arc::clone(&store),
@@ -251,7 +282,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let mut grace_stop = stop_rx.clone();
     let connections_refused = metrics.connections_refused.clone();
     let handshake_failures = metrics.tls_handshake_failures.clone();
-    let acceptor = tls.as_ref().map(|(_, _, acceptor, ..)| acceptor.clone());
+    let acceptor = tls.as_ref().map(|tls| tls.acceptor.clone());
     let flight = tokio::spawn(async move {
         let shutdown_requested = async move {
             let _ = flight_stop.wait_for(|stop| *stop).await;
@@ -314,13 +345,24 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         stop_rx.clone(),
     )));
     background.push(tokio::spawn(sweep_expired(Arc::clone(&store))));
-    if let Some((files, cert, _, seen, ca)) = tls {
-        let rotating_peers = peers_for_tls.clone();
+    if let Some(ServedTls {
+        files,
+        cert,
+        clients,
+        seen,
+        ca,
+        ..
+    }) = tls
+    {
+        let ca_peers = peers_for_tls.clone();
+        let cert_peers = peers_for_tls.clone();
         background.push(tokio::spawn(tls::watch_files(
             files,
             tls::Reloadable {
                 cert,
-                on_ca_change: Box::new(move |ca| rotating_peers.rotate_ca(ca)),
+                clients,
+                on_ca_change: Box::new(move |ca| ca_peers.rotate_ca(ca)),
+                on_cert_change: Box::new(move |pem| cert_peers.rotate_identity(pem.cert, pem.key)),
                 reloaded: metrics.tls_reloads.clone(),
                 failed: metrics.tls_reload_failures.clone(),
             },

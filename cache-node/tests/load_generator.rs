@@ -1,7 +1,8 @@
 //! `flightcache-load` against real `flightcache-node` processes on loopback: a warm run is
 //! all verified hits, a `clear` mid-run shows up as misses that are refilled (per phase),
 //! SIGTERM still writes the summary, the ring-aware mode spreads keys over three nodes,
-//! and bad flags or an unreachable target fail at start.
+//! TLS with a client certificate works (and without one the node refuses), and bad flags
+//! or an unreachable target fail at start.
 
 #![allow(missing_docs, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -387,4 +388,79 @@ fn bad_flags_and_an_unreachable_target_fail_at_start() {
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// A CA, a certificate for localhost signed by it and a client certificate, written to
+/// `dir` as `ca.crt`, `tls.crt`/`tls.key` and `client.crt`/`client.key`.
+fn write_pki(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    for (stem, name) in [("tls", "localhost"), ("client", "load-client")] {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        std::fs::write(dir.join(format!("{stem}.crt")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{stem}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn over_tls_with_a_client_certificate_every_call_works_and_without_one_none() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pki(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let node = Node::start(&[
+        "--tls-cert-file",
+        &file("tls.crt"),
+        "--tls-key-file",
+        &file("tls.key"),
+        "--tls-ca-file",
+        &file("ca.crt"),
+        "--tls-client-auth",
+        "required",
+    ]);
+    let port = node.addr.rsplit_once(':').unwrap().1;
+    let target = format!("localhost:{port}");
+    let out = dir.path().join("summary.json");
+    let tls = [
+        "--tls-ca",
+        &file("ca.crt"),
+        "--tls-client-cert",
+        &file("client.crt"),
+        "--tls-client-key",
+        &file("client.key"),
+        "--duration",
+        "2s",
+    ];
+    let (_, summary) = run_load(args(&target, &out, &tls), &out).await;
+    let totals = &summary["totals"];
+    assert_eq!(summary["warm"]["errors"], 0, "{}", summary["error_samples"]);
+    assert!(totals["gets"].as_u64().unwrap() > 0, "{totals}");
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    assert_eq!(totals["corrupt"], 0);
+
+    // The CA alone, no client certificate: the node refuses the connection.
+    let output = load(&[
+        "--target",
+        &target,
+        "--tls-ca",
+        &file("ca.crt"),
+        "--connect-timeout",
+        "1s",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot reach"), "{stderr}");
+    // A key without its certificate is a usage error.
+    let output = load(&["--target", &target, "--tls-client-key", &file("client.key")])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
 }

@@ -16,7 +16,7 @@ use cache_node::wire::tls::RELOAD_INTERVAL;
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use serde_json::json;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 /// A CA that signs node certificates.
 struct Pki {
@@ -102,12 +102,38 @@ async fn start_tls_node(files: &NodeFiles, extra: &[&str]) -> RunningNode {
 
 /// A channel to `node` over TLS, verifying against `ca_pem`.
 async fn tls_channel(node: &RunningNode, ca_pem: &str) -> Result<Channel, tonic::transport::Error> {
+    tls_channel_as(node, ca_pem, None).await
+}
+
+/// A channel to `node` over TLS, verifying against `ca_pem` and presenting `identity`
+/// (certificate and key, PEM) when given.
+async fn tls_channel_as(
+    node: &RunningNode,
+    ca_pem: &str,
+    identity: Option<&(String, String)>,
+) -> Result<Channel, tonic::transport::Error> {
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+    if let Some((cert, key)) = identity {
+        config = config.identity(Identity::from_pem(cert, key));
+    }
     Channel::from_shared(format!("https://localhost:{}", node.flight_addr.port()))
         .unwrap()
-        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
+        .tls_config(config)
         .unwrap()
         .connect()
         .await
+}
+
+/// Whether a `ping` over TLS, presenting `identity`, gets an answer.
+async fn ping_as(node: &RunningNode, ca_pem: &str, identity: Option<&(String, String)>) -> bool {
+    // With TLS 1.3 the client finishes its handshake before the server has checked the
+    // client's certificate: a refusal shows on the first call, not on connect.
+    let Ok(channel) = tls_channel_as(node, ca_pem, identity).await else {
+        return false;
+    };
+    action(&mut FlightClient::new(channel), "ping", b"")
+        .await
+        .is_ok()
 }
 
 #[tokio::test]
@@ -268,6 +294,151 @@ async fn a_rotated_certificate_is_served_to_new_connections_without_a_failed_cal
         2
     );
     node.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_client_auth_required_only_certificates_from_the_ca_get_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("pool CA");
+    let files = NodeFiles::write(dir.path(), &pki);
+    let node = start_tls_node(&files, &["--tls-client-auth", "required"]).await;
+    let ca = pki.ca_pem();
+    let failures_before = counter(&node, "flightcache_node_tls_handshake_failures_total").await;
+    assert!(!ping_as(&node, &ca, None).await, "no client certificate");
+    let stranger = Pki::new("another CA").leaf(&["client"]);
+    assert!(
+        !ping_as(&node, &ca, Some(&stranger)).await,
+        "a certificate of another CA"
+    );
+    assert_eq!(
+        counter(&node, "flightcache_node_tls_handshake_failures_total").await,
+        failures_before + 2,
+        "each refused handshake is counted"
+    );
+    let member = pki.leaf(&["client"]);
+    let mut client = FlightClient::new(tls_channel_as(&node, &ca, Some(&member)).await.unwrap());
+    let batches = vec![sample_batch(300, 5)];
+    put(&mut client, path("mtls/1"), batches.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut client, path_ticket("mtls/1")).await.unwrap(),
+        batches
+    );
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn peers_that_require_client_certificates_forward_with_their_own() {
+    let pki = Pki::new("pool CA");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let files: Vec<NodeFiles> = dirs
+        .iter()
+        .map(|d| NodeFiles::write(d.path(), &pki))
+        .collect();
+    let nodes = [
+        start_tls_node(
+            &files[0],
+            &["--member-id", "n-0", "--tls-client-auth", "required"],
+        )
+        .await,
+        start_tls_node(
+            &files[1],
+            &["--member-id", "n-1", "--tls-client-auth", "required"],
+        )
+        .await,
+    ];
+    let members: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            json!({"id": format!("n-{i}"), "address": format!("localhost:{}", node.flight_addr.port()), "state": "active"})
+        })
+        .collect();
+    let body = json!({"topology": {"version": 1, "replicas": 1, "members": members}}).to_string();
+    let identity = pki.leaf(&["client"]);
+    let mut clients = Vec::new();
+    for node in &nodes {
+        let channel = tls_channel_as(node, &pki.ca_pem(), Some(&identity))
+            .await
+            .unwrap();
+        let mut client = FlightClient::new(channel);
+        action(&mut client, "configure", body.as_bytes())
+            .await
+            .unwrap();
+        clients.push(client);
+    }
+    for i in 0..20 {
+        let key = format!("mtls-fwd/{i}");
+        let batches = vec![sample_batch(50, i)];
+        put(&mut clients[0], path(&key), batches.clone(), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            get(&mut clients[1], path_ticket(&key)).await.unwrap(),
+            batches
+        );
+    }
+    let held: Vec<u64> = nodes.iter().map(|n| n.store.stats().entries).collect();
+    assert!(held.iter().all(|&n| n > 0), "both nodes own keys: {held:?}");
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_ca_admits_its_clients_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let old_ca = Pki::new("old CA");
+    let files = NodeFiles::write(dir.path(), &old_ca);
+    let node = start_tls_node(&files, &["--tls-client-auth", "required"]).await;
+    let old_client = old_ca.leaf(&["client"]);
+    assert!(ping_as(&node, &old_ca.ca_pem(), Some(&old_client)).await);
+    let new_ca = Pki::new("new CA");
+    let new_client = new_ca.leaf(&["client"]);
+    assert!(!ping_as(&node, &old_ca.ca_pem(), Some(&new_client)).await);
+    files.rotate(&new_ca);
+    let started = Instant::now();
+    while !ping_as(&node, &new_ca.ca_pem(), Some(&new_client)).await {
+        assert!(
+            started.elapsed() < RELOAD_INTERVAL * 3,
+            "a client of the rotated CA was not admitted within {:?}",
+            RELOAD_INTERVAL * 3
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "a client of the rotated CA admitted after {:?} (reload interval {RELOAD_INTERVAL:?})",
+        started.elapsed()
+    );
+    // The node now serves the new CA's certificate: a client of the old CA no longer
+    // trusts it, and a certificate of the old CA no longer gets in.
+    assert!(!ping_as(&node, &new_ca.ca_pem(), Some(&old_client)).await);
+    node.shutdown().await.unwrap();
+}
+
+#[test]
+fn client_auth_without_tls_is_refused_with_its_reason() {
+    let cli = <cache_node::config::Cli as clap::Parser>::try_parse_from([
+        "flightcache-node",
+        "--tls-client-auth",
+        "required",
+    ])
+    .unwrap();
+    let err = cache_node::config::Config::from_cli(cli).unwrap_err();
+    assert!(err.to_string().contains("tls-client-auth"), "{err}");
+    assert!(
+        crds::chain(&err).contains("need TLS"),
+        "{}",
+        crds::chain(&err)
+    );
+    let bad = <cache_node::config::Cli as clap::Parser>::try_parse_from([
+        "flightcache-node",
+        "--tls-client-auth",
+        "optional",
+    ])
+    .unwrap_err();
+    assert!(bad.to_string().contains("use none or required"), "{bad}");
 }
 
 /// The value of counter `name` on the node's metrics endpoint.

@@ -121,6 +121,42 @@ impl std::str::FromStr for EvictionPolicy {
     }
 }
 
+/// Whether the Flight port asks clients for a TLS certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No client certificate is asked for (tokens still authenticate every call).
+    #[default]
+    None,
+    /// Every connection must present a certificate signed by the TLS CA, else the
+    /// handshake fails; tokens still decide what a call may do.
+    Required,
+}
+
+impl ClientAuth {
+    /// The lower-case name used in flags, files and the CRD.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Required => "required",
+        }
+    }
+}
+
+impl std::str::FromStr for ClientAuth {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "none" => Ok(Self::None),
+            "required" => Ok(Self::Required),
+            other => Err(format!(
+                "'{other}' is not a client authentication mode: use none or required"
+            )),
+        }
+    }
+}
+
 /// The node configuration document. See the module docs for an example.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -174,6 +210,11 @@ pub struct NodeConfig {
     /// CA certificate(s) (PEM) the pool's nodes verify each other against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ca_file: Option<String>,
+    /// `required`: every connection presents a certificate signed by `tlsCaFile` (peers
+    /// present their own `tlsCertFile`); `none` (default): no client certificate (restart
+    /// to change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_auth: Option<ClientAuth>,
     /// How long in-flight streams may run after SIGTERM, e.g. `20s` (restart to change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<String>,
@@ -491,6 +532,7 @@ impl NodeConfig {
             ("tlsCertFile", self.tls_cert_file.is_some()),
             ("tlsKeyFile", self.tls_key_file.is_some()),
             ("tlsCaFile", self.tls_ca_file.is_some()),
+            ("tlsClientAuth", self.tls_client_auth.is_some()),
             ("shutdownGrace", self.shutdown_grace.is_some()),
             ("maxConnections", self.max_connections.is_some()),
         ];

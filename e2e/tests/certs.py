@@ -4,6 +4,9 @@ tls.key), for the TLS tests. Usage:
     certs.py DIR NAME...    writes DIR/ca.crt, DIR/ca.key (once) and DIR/tls.crt, DIR/tls.key
                             for the DNS names / IP addresses NAME... (a new key each call,
                             signed by the CA in DIR: a rotation)
+    certs.py --client DIR NAME
+                            writes DIR/client.crt, DIR/client.key: a client certificate
+                            for NAME signed by the CA in DIR (spec.tls.clientAuth: required)
 
 Also imported by the pyarrow tests (`make_ca`, `issue`).
 """
@@ -51,8 +54,9 @@ def make_ca(directory: Path) -> None:
     (directory / "ca.crt").write_bytes(cert.public_bytes(PEM))
 
 
-def issue(directory: Path, names: list[str]) -> None:
-    """Writes tls.crt and tls.key for `names`, signed by the CA in `directory`."""
+def issue(directory: Path, names: list[str], stem: str = "tls") -> None:
+    """Writes <stem>.crt and <stem>.key for `names`, signed by the CA in `directory`;
+    the certificate serves and authenticates clients (both extended key usages)."""
     ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
     ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
@@ -76,13 +80,18 @@ def issue(directory: Path, names: list[str]) -> None:
             [x509.ExtendedKeyUsageOID.SERVER_AUTH, x509.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    (directory / "tls.key").write_bytes(key.private_bytes(
+    (directory / f"{stem}.key").write_bytes(key.private_bytes(
         PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    (directory / "tls.crt").write_bytes(cert.public_bytes(PEM))
+    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(PEM))
 
 
 def main() -> None:
-    if len(sys.argv) < 3:
+    if len(sys.argv) == 4 and sys.argv[1] == "--client":
+        directory = Path(sys.argv[2])
+        issue(directory, [sys.argv[3]], stem="client")
+        print(f"{directory}/client.crt for {sys.argv[3]}, signed by {directory}/ca.crt")
+        return
+    if len(sys.argv) < 3 or sys.argv[1].startswith("-"):
         raise SystemExit(__doc__)
     directory = Path(sys.argv[1])
     directory.mkdir(parents=True, exist_ok=True)

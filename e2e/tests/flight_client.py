@@ -13,7 +13,8 @@ and prints how many are present and byte-identical (a key that differs fails the
 `ok` (the result is printed), `unauthenticated` or `permission-denied` (the message is
 printed).
 TOKEN "-" means the cluster has no auth. With FLIGHTCACHE_TLS_CA set (a PEM file), the
-client speaks TLS (`grpc+tls://`) and trusts that CA.
+client speaks TLS (`grpc+tls://`) and trusts that CA; with FLIGHTCACHE_TLS_CLIENT_CERT and
+FLIGHTCACHE_TLS_CLIENT_KEY set too, it presents that client certificate.
 """
 
 import os
@@ -32,11 +33,17 @@ def table(rows: int, seed: int = 0) -> pa.Table:
 
 
 def dial(host: str, port: str) -> flight.FlightClient:
+    """A client for HOST:PORT: TLS trusting FLIGHTCACHE_TLS_CA when it is set, presenting
+    the client certificate FLIGHTCACHE_TLS_CLIENT_CERT / _KEY when those are set too."""
     ca = os.environ.get("FLIGHTCACHE_TLS_CA")
-    if ca:
-        with open(ca, "rb") as f:
-            return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=f.read())
-    return flight.connect(f"grpc://{host}:{port}")
+    if not ca:
+        return flight.connect(f"grpc://{host}:{port}")
+    read = lambda path: open(path, "rb").read()  # noqa: E731
+    identity = {}
+    cert, key = os.environ.get("FLIGHTCACHE_TLS_CLIENT_CERT"), os.environ.get("FLIGHTCACHE_TLS_CLIENT_KEY")
+    if cert and key:
+        identity = {"cert_chain": read(cert), "private_key": read(key)}
+    return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=read(ca), **identity)
 
 
 def connect(host: str, port: str, token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:

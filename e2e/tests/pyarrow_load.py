@@ -7,17 +7,19 @@ Puts KEYS tables under `py/<i>`, then reads random keys until SIGTERM: a hit mus
 what was put (else `corrupt`), a miss (NOT_FOUND) is refilled, any other error is
 counted. Each call is tagged with the phase named in PHASE_FILE. On SIGTERM it writes
 {"phases": {phase: {"gets", "hits", "misses", "errors", "corrupt"}}, "error_samples": [...]}.
-With FLIGHTCACHE_TLS_CA set (a PEM file) it speaks TLS and trusts that CA.
+TLS and client certificates as in flight_client.py (FLIGHTCACHE_TLS_CA, _CLIENT_CERT,
+_CLIENT_KEY).
 """
 
 import json
-import os
 import random
 import signal
 import sys
 
 import pyarrow as pa
 import pyarrow.flight as flight
+
+from flight_client import dial
 
 stop = False
 
@@ -36,12 +38,7 @@ def main() -> None:
     host, port, token, keys, out, phase_file = sys.argv[1:7]
     keys = int(keys)
     signal.signal(signal.SIGTERM, on_term)
-    ca = os.environ.get("FLIGHTCACHE_TLS_CA")
-    if ca:
-        with open(ca, "rb") as f:
-            client = flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=f.read())
-    else:
-        client = flight.connect(f"grpc://{host}:{port}")
+    client = dial(host, port)
     options = flight.FlightCallOptions(
         headers=[client.authenticate_basic_token(b"py", token.encode())], timeout=10)
 

@@ -25,9 +25,16 @@ pub enum CertProblem {
     /// Not valid for a name it is called by.
     #[error("tls.crt is not valid for {0}, a name clients or nodes call it by")]
     WrongName(String),
+    /// With `clientAuth: required`, nodes and the operator present this certificate as
+    /// clients, and it does not allow that.
+    #[error(
+        "tls.crt cannot authenticate a client (spec.tls.clientAuth: required): its extended key usage must list clientAuth: {0}"
+    )]
+    NotForClients(String),
 }
 
-/// Checks `cert_pem` (the chain, leaf first) against `ca_pem` at `now`, for `names`.
+/// Checks `cert_pem` (the chain, leaf first) against `ca_pem` at `now`, for `names`,
+/// and, when `as_client`, for client authentication too.
 ///
 /// # Errors
 /// The first [`CertProblem`] found.
@@ -36,6 +43,7 @@ pub fn check_certificate(
     ca_pem: &[u8],
     names: &[String],
     now: UnixTime,
+    as_client: bool,
 ) -> Result<(), CertProblem> {
     let chain: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(cert_pem)
         .filter_map(Result::ok)
@@ -69,6 +77,18 @@ pub fn check_certificate(
         webpki::Error::CertNotValidYet { .. } => CertProblem::NotValidYet,
         other => CertProblem::Untrusted(format!("{other:?}")),
     })?;
+    if as_client {
+        cert.verify_for_usage(
+            webpki::ALL_VERIFICATION_ALGS,
+            &anchors,
+            intermediates,
+            now,
+            KeyUsage::client_auth(),
+            None,
+            None,
+        )
+        .map_err(|err| CertProblem::NotForClients(format!("{err:?}")))?;
+    }
     for name in names {
         let server_name = ServerName::try_from(name.as_str())
             .map_err(|_| CertProblem::WrongName(name.clone()))?;
@@ -81,7 +101,10 @@ pub fn check_certificate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair,
+    };
 
     fn ca() -> CertifiedIssuer<'static, KeyPair> {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -90,12 +113,22 @@ mod tests {
     }
 
     fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, names: &[&str], days: (i64, i64)) -> String {
+        leaf_for(ca, names, days, &[])
+    }
+
+    fn leaf_for(
+        ca: &CertifiedIssuer<'static, KeyPair>,
+        names: &[&str],
+        days: (i64, i64),
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> String {
         let mut params =
             CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
                 .unwrap();
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now + time::Duration::days(days.0);
         params.not_after = now + time::Duration::days(days.1);
+        params.extended_key_usages = usages.to_vec();
         params
             .signed_by(&KeyPair::generate().unwrap(), ca)
             .unwrap()
@@ -125,6 +158,7 @@ mod tests {
             ca.pem().as_bytes(),
             &names(),
             UnixTime::now(),
+            false,
         );
         assert_eq!(ok, Ok(()));
     }
@@ -142,7 +176,8 @@ mod tests {
                 expired.as_bytes(),
                 ca.pem().as_bytes(),
                 &names(),
-                UnixTime::now()
+                UnixTime::now(),
+                false
             ),
             Err(CertProblem::Expired)
         );
@@ -152,6 +187,7 @@ mod tests {
             ca.pem().as_bytes(),
             &names(),
             UnixTime::now(),
+            false,
         )
         .unwrap_err();
         assert_eq!(
@@ -165,13 +201,60 @@ mod tests {
                 foreign.as_bytes(),
                 ca.pem().as_bytes(),
                 &names(),
-                UnixTime::now()
+                UnixTime::now(),
+                false
             ),
             Err(CertProblem::Untrusted(_))
         ));
         assert_eq!(
-            check_certificate(b"not pem", ca.pem().as_bytes(), &names(), UnixTime::now()),
+            check_certificate(
+                b"not pem",
+                ca.pem().as_bytes(),
+                &names(),
+                UnixTime::now(),
+                false
+            ),
             Err(CertProblem::NoCertificate("tls.crt"))
         );
+    }
+
+    #[test]
+    fn with_client_auth_the_certificate_must_allow_client_authentication() {
+        let ca = ca();
+        let good_names = [
+            "demo-hot.cache.svc",
+            "*.demo-hot-nodes.cache.svc.cluster.local",
+        ];
+        let check = |cert: &str, as_client| {
+            check_certificate(
+                cert.as_bytes(),
+                ca.pem().as_bytes(),
+                &names(),
+                UnixTime::now(),
+                as_client,
+            )
+        };
+        let server_only = leaf_for(
+            &ca,
+            &good_names,
+            (-1, 30),
+            &[ExtendedKeyUsagePurpose::ServerAuth],
+        );
+        assert_eq!(check(&server_only, false), Ok(()));
+        let err = check(&server_only, true).unwrap_err();
+        assert!(matches!(err, CertProblem::NotForClients(_)), "{err}");
+        assert!(err.to_string().contains("spec.tls.clientAuth: required"));
+        let both = leaf_for(
+            &ca,
+            &good_names,
+            (-1, 30),
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        );
+        assert_eq!(check(&both, true), Ok(()));
+        // No extended key usage at all: any use is allowed.
+        assert_eq!(check(&leaf(&ca, &good_names, (-1, 30)), true), Ok(()));
     }
 }

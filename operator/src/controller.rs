@@ -191,8 +191,10 @@ async fn node_admin(ctx: &Context, cluster: &ValidatedCluster) -> Result<NodeAdm
     let tokens = secrets::ensure(&ctx.client, cluster).await?;
     // Every node serves the cluster's one certificate, valid for each pool's Service
     // name (docs/security.md): the first pool's is the name nodes are verified by.
+    let identity = tokens.tls_identity;
     let tls = tokens.tls_ca.map(|ca| NodeTls {
         ca,
+        identity,
         domain: cluster.pools.first().map_or_else(String::new, |pool| {
             format!(
                 "{}.{}.svc",

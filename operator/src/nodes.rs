@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crds::admin::{self, AdminAction, AnswerError, ConfigureAnswer, RebalanceAnswer, StatsAnswer};
 use crds::node_config::NodeDocument;
 use futures::StreamExt;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 /// How long the operator waits to connect to a node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -76,12 +76,25 @@ pub struct NodeReport {
 }
 
 /// How the operator verifies nodes that serve TLS.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NodeTls {
     /// The CA (PEM) of the cluster's TLS Secret.
     pub ca: Bytes,
     /// The name the nodes' certificate is verified for (nodes are called by pod IP).
     pub domain: String,
+    /// The certificate and key (PEM) presented to nodes that require client
+    /// certificates.
+    pub identity: Option<(Bytes, Bytes)>,
+}
+
+impl std::fmt::Debug for NodeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls")
+            .field("ca", &self.ca.len())
+            .field("domain", &self.domain)
+            .field("identity", &self.identity.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// Calls nodes of one cluster (same port, token and TLS for every node).
@@ -188,9 +201,12 @@ impl NodeAdmin {
         let mut endpoint =
             Endpoint::from_shared(format!("{scheme}://{address}")).map_err(|_| bad_address())?;
         if let Some(tls) = &self.tls {
-            let config = ClientTlsConfig::new()
+            let mut config = ClientTlsConfig::new()
                 .ca_certificate(Certificate::from_pem(&tls.ca))
                 .domain_name(&tls.domain);
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
             endpoint = endpoint.tls_config(config).map_err(|_| bad_address())?;
         }
         let channel = endpoint

@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use crds::cachecluster::ClientAuth;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -51,6 +52,9 @@ pub struct ClusterTokens {
     pub admin: String,
     /// The CA (PEM) of the cluster's TLS Secret, when its nodes serve TLS.
     pub tls_ca: Option<Bytes>,
+    /// The Secret's certificate and key (PEM), which the operator presents to nodes that
+    /// require client certificates (`spec.tls.clientAuth: required`).
+    pub tls_identity: Option<(Bytes, Bytes)>,
 }
 
 impl std::fmt::Debug for ClusterTokens {
@@ -58,6 +62,10 @@ impl std::fmt::Debug for ClusterTokens {
         f.debug_struct("ClusterTokens")
             .field("admin", &"<redacted>")
             .field("tls_ca", &self.tls_ca.as_ref().map(Bytes::len))
+            .field(
+                "tls_identity",
+                &self.tls_identity.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -100,11 +108,20 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
             secret: internal,
             source: SecretError::MissingKey(names::ADMIN_TOKEN_KEY),
         })?;
-    let tls_ca = match &cluster.tls_secret {
-        Some(secret) => Some(read_tls_ca(&api, secret, cluster).await?),
-        None => None,
+    let (tls_ca, tls_identity) = match &cluster.tls_secret {
+        Some(secret) => {
+            let material = read_tls(&api, secret, cluster).await?;
+            let identity = (cluster.tls_client_auth == ClientAuth::Required)
+                .then_some((material.cert, material.key));
+            (Some(material.ca), identity)
+        }
+        None => (None, None),
     };
-    Ok(ClusterTokens { admin, tls_ca })
+    Ok(ClusterTokens {
+        admin,
+        tls_ca,
+        tls_identity,
+    })
 }
 
 /// The names the cluster's certificate is called by: each pool's Service name, and its
@@ -128,10 +145,22 @@ fn served_names(cluster: &ValidatedCluster) -> Vec<String> {
         .collect()
 }
 
-/// The `ca.crt` of the TLS Secret `spec.tls` names (the operator verifies nodes against
-/// it), after checking that the Secret has the three keys nodes mount and that its
-/// certificate is signed by that CA, valid now and for every name in `served_names`.
-async fn read_tls_ca(api: &Api<Secret>, name: &str, cluster: &ValidatedCluster) -> Result<Bytes> {
+/// The three PEM files of a cluster's TLS Secret.
+struct TlsMaterial {
+    ca: Bytes,
+    cert: Bytes,
+    key: Bytes,
+}
+
+/// The TLS Secret `spec.tls` names (the operator verifies nodes against its `ca.crt`),
+/// after checking that it has the three keys nodes mount and that its certificate is
+/// signed by that CA, valid now, for every name in `served_names` and, with
+/// `clientAuth: required`, for client authentication.
+async fn read_tls(
+    api: &Api<Secret>,
+    name: &str,
+    cluster: &ValidatedCluster,
+) -> Result<TlsMaterial> {
     let failed = |source: SecretError| Error::Secret {
         secret: name.to_owned(),
         source,
@@ -151,18 +180,21 @@ async fn read_tls_ca(api: &Api<Secret>, name: &str, cluster: &ValidatedCluster) 
         .get(names::TLS_CA_KEY)
         .map(|ca| Bytes::from(ca.0.clone()))
         .ok_or_else(|| failed(SecretError::MissingKey(names::TLS_CA_KEY)))?;
-    let cert = data
-        .get(names::TLS_CERT_KEY)
-        .map(|cert| cert.0.as_slice())
-        .unwrap_or_default();
+    let file = |key: &str| {
+        data.get(key)
+            .map(|value| Bytes::from(value.0.clone()))
+            .unwrap_or_default()
+    };
+    let (cert, key) = (file(names::TLS_CERT_KEY), file(names::TLS_KEY_KEY));
     crate::certs::check_certificate(
-        cert,
+        &cert,
         &ca,
         &served_names(cluster),
         rustls_pki_types::UnixTime::now(),
+        cluster.tls_client_auth == ClientAuth::Required,
     )
     .map_err(|problem| failed(SecretError::Certificate(problem)))?;
-    Ok(ca)
+    Ok(TlsMaterial { ca, cert, key })
 }
 
 /// The tokens under `keys` of Secret `name`, created with fresh ones if it is absent.

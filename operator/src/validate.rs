@@ -87,6 +87,8 @@ pub struct ValidatedCluster {
     pub client_token: Option<ClientToken>,
     /// The TLS Secret (`tls.crt`, `tls.key`, `ca.crt`), when the Flight port serves TLS.
     pub tls_secret: Option<String>,
+    /// Whether nodes require client certificates (only with `tls_secret`).
+    pub tls_client_auth: crds::cachecluster::ClientAuth,
     /// Who may reach the nodes; none when `spec.networkPolicy.disabled`.
     pub network_policy: Option<ValidatedNetworkPolicy>,
     /// Image pull policy of node containers.
@@ -217,6 +219,12 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         service_monitor: cc.spec.monitoring.service_monitor,
         client_token,
         tls_secret: cc.spec.tls.as_ref().map(|tls| tls.secret_name.clone()),
+        tls_client_auth: cc
+            .spec
+            .tls
+            .as_ref()
+            .map(|tls| tls.client_auth)
+            .unwrap_or_default(),
         network_policy: network_policy(
             cc.spec.network_policy.clone().unwrap_or_default(),
             defaults,
@@ -438,6 +446,7 @@ mod tests {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
             secret_name: "certs".into(),
+            client_auth: crds::cachecluster::ClientAuth::None,
         });
         assert_eq!(
             validate(&cc, &defaults()).unwrap().tls_secret.as_deref(),

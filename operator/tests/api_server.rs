@@ -379,6 +379,7 @@ async fn a_tls_secret_that_does_not_exist_is_reported_as_degraded() {
     let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
     spec.tls = Some(TlsSpec {
         secret_name: "certs".into(),
+        client_auth: crds::cachecluster::ClientAuth::None,
     });
     api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
         .await

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status, Streaming};
 
 use crate::error::{Error, Result};
@@ -116,9 +116,28 @@ pub struct Peers {
     /// The `authorization` this node presents to its peers (`Bearer <peer token>`);
     /// none: the caller's own is passed on.
     authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
-    /// The CA (PEM) peers' certificates are verified against, when peers speak TLS;
-    /// replaced (and the channels reconnected) when it rotates.
-    tls_ca: Arc<Mutex<Option<Bytes>>>,
+    /// How peers are called when they speak TLS; replaced (and the channels
+    /// reconnected) when the CA or this node's certificate rotates.
+    tls: Arc<Mutex<PeerTls>>,
+}
+
+/// The TLS side of calls to peers.
+#[derive(Default)]
+struct PeerTls {
+    /// The CA (PEM) peers' certificates are verified against; none: plaintext.
+    ca: Option<Bytes>,
+    /// The certificate chain and key (PEM) this node presents to peers that require
+    /// client certificates.
+    identity: Option<(Bytes, Bytes)>,
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerTls")
+            .field("ca", &self.ca.as_ref().map(Bytes::len))
+            .field("identity", &self.identity.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 pub use crate::metrics::PeerError;
@@ -130,22 +149,41 @@ impl Peers {
             channels: Arc::default(),
             metrics: Some(metrics),
             authorization: None,
-            tls_ca: Arc::default(),
+            tls: Arc::default(),
         }
     }
 
     /// These peers, called over TLS verified against `ca` (PEM), when it is given.
     #[must_use]
     pub fn verifying(self, ca: Option<Bytes>) -> Self {
-        *self.tls_ca.lock() = ca;
+        self.tls.lock().ca = ca;
+        self
+    }
+
+    /// These peers, presented `identity` (certificate chain and key, PEM) as this node's
+    /// client certificate when it is given.
+    #[must_use]
+    pub fn presenting_certificate(self, identity: Option<(Bytes, Bytes)>) -> Self {
+        self.tls.lock().identity = identity;
         self
     }
 
     /// Verifies peers against `ca` from now on: new channels are made with it (calls
     /// under way finish on the channels they have).
     pub fn rotate_ca(&self, ca: Bytes) {
-        *self.tls_ca.lock() = Some(ca);
+        self.tls.lock().ca = Some(ca);
         self.channels.lock().clear();
+    }
+
+    /// Presents `cert` and `key` to peers from now on, if this node presents a client
+    /// certificate at all (calls under way finish on the channels they have).
+    pub fn rotate_identity(&self, cert: Bytes, key: Bytes) {
+        let mut tls = self.tls.lock();
+        if tls.identity.is_some() {
+            tls.identity = Some((cert, key));
+            drop(tls);
+            self.channels.lock().clear();
+        }
     }
 
     /// These peers, called with `authorization` (the peer credential's header value)
@@ -204,7 +242,10 @@ impl Peers {
             match channels.get(&peer.address) {
                 Some(channel) => channel.clone(),
                 None => {
-                    let ca = self.tls_ca.lock().clone();
+                    let (ca, identity) = {
+                        let tls = self.tls.lock();
+                        (tls.ca.clone(), tls.identity.clone())
+                    };
                     let scheme = if ca.is_some() { "https" } else { "http" };
                     let mut endpoint =
                         Endpoint::from_shared(format!("{scheme}://{}", peer.address)).map_err(
@@ -213,7 +254,11 @@ impl Peers {
                     if let Some(ca) = ca {
                         // The peer's name in its address is what its certificate must
                         // carry (`<pod>.<pool>-nodes.<namespace>.svc…` in a cluster).
-                        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+                        let mut tls =
+                            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+                        if let Some((cert, key)) = identity {
+                            tls = tls.identity(Identity::from_pem(cert, key));
+                        }
                         endpoint = endpoint.tls_config(tls).map_err(|err| {
                             self.failed(PeerError::Unreachable, peer, &err.to_string())
                         })?;

@@ -11,7 +11,9 @@
 //!
 //! [`TlsIncoming`] runs each connection's handshake as its own task, bounded by
 //! [`HANDSHAKE_TIMEOUT`], so one slow or silent client never holds up accepting others.
-//! The CA file (`ca.crt`) is what nodes verify each other against (`flight::forward`).
+//! The CA file (`ca.crt`) is what nodes verify each other against (`flight::forward`)
+//! and, with client authentication required, what every connecting client's certificate
+//! must chain to ([`ReloadingClientVerifier`], re-read with the other files).
 //! Must not import `flight/` or the store.
 
 use std::io;
@@ -20,14 +22,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use crds::node_config::ClientAuth;
 use futures::{Stream, StreamExt};
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -49,6 +55,26 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// The CA (PEM) peers' certificates are verified against.
     pub ca: PathBuf,
+    /// Whether connecting clients must present a certificate signed by `ca`.
+    pub client_auth: ClientAuth,
+}
+
+/// The PEM bytes of a certificate chain and its key, as loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CertPem {
+    /// The chain, leaf first.
+    pub cert: Bytes,
+    /// The private key.
+    pub key: Bytes,
+}
+
+impl std::fmt::Debug for CertPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertPem")
+            .field("cert", &self.cert.len())
+            .field("key", &"<redacted>")
+            .finish()
+    }
 }
 
 /// Why TLS material cannot be used.
@@ -101,7 +127,7 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 ///
 /// # Errors
 /// [`TlsError`] naming the file and what is wrong with it.
-pub fn load_certified_key(files: &TlsFiles) -> Result<(CertifiedKey, Bytes), TlsError> {
+pub fn load_certified_key(files: &TlsFiles) -> Result<(CertifiedKey, CertPem), TlsError> {
     let cert_pem = read(&files.cert)?;
     let key_pem = read(&files.key)?;
     let chain = CertificateDer::pem_slice_iter(&cert_pem)
@@ -126,9 +152,13 @@ pub fn load_certified_key(files: &TlsFiles) -> Result<(CertifiedKey, Bytes), Tls
         reason: reason.to_string(),
     };
     let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(unusable)?;
-    let mut seen = cert_pem;
-    seen.extend_from_slice(&key_pem);
-    Ok((certified, Bytes::from(seen)))
+    Ok((
+        certified,
+        CertPem {
+            cert: Bytes::from(cert_pem),
+            key: Bytes::from(key_pem),
+        },
+    ))
 }
 
 /// Reads the CA file: the PEM certificates peers are verified against.
@@ -175,22 +205,127 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// Verifies client certificates against the CA last loaded; replaced when `ca.crt`
+/// changes, so a rotated CA admits clients of the new one without a restart.
+#[derive(Debug)]
+pub struct ReloadingClientVerifier {
+    current: RwLock<Arc<dyn ClientCertVerifier>>,
+}
+
+impl ReloadingClientVerifier {
+    /// Requires certificates signed by `ca_pem` (one or more PEM certificates).
+    ///
+    /// # Errors
+    /// [`TlsError::Pem`] when no certificate of `ca_pem` can be a trust anchor.
+    pub fn new(ca_pem: &[u8], path: &Path) -> Result<Self, TlsError> {
+        Ok(Self {
+            current: RwLock::new(client_verifier(ca_pem, path)?),
+        })
+    }
+
+    /// Verifies new handshakes against `ca_pem` from now on.
+    ///
+    /// # Errors
+    /// [`TlsError::Pem`] as [`ReloadingClientVerifier::new`]; the previous CA stays.
+    pub fn replace(&self, ca_pem: &[u8], path: &Path) -> Result<(), TlsError> {
+        *self.current.write() = client_verifier(ca_pem, path)?;
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::clone(&self.current.read())
+    }
+}
+
+fn client_verifier(ca_pem: &[u8], path: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem).filter_map(Result::ok) {
+        // A certificate that cannot be an anchor is skipped; none at all is an error.
+        let _ = roots.add(cert);
+    }
+    let bad = |what: String| TlsError::Pem {
+        path: path.to_owned(),
+        what,
+    };
+    if roots.is_empty() {
+        return Err(bad("no CERTIFICATE usable as a trust anchor".into()));
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|err| bad(err.to_string()))
+}
+
+impl ClientCertVerifier for ReloadingClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // Hints are optional (RFC 8446 4.2.4); clients send their one certificate.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
 /// The server side: a rustls config answering with `cert`, offering HTTP/2 only (gRPC
-/// clients require ALPN `h2`).
+/// clients require ALPN `h2`), and requiring client certificates that `clients` accepts
+/// when it is given.
 ///
 /// # Errors
 /// [`TlsError::Unusable`] if rustls refuses the protocol versions (it does not for its
 /// own defaults).
-pub fn acceptor(cert: Arc<ReloadingCert>, files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+pub fn acceptor(
+    cert: Arc<ReloadingCert>,
+    clients: Option<Arc<ReloadingClientVerifier>>,
+    files: &TlsFiles,
+) -> Result<TlsAcceptor, TlsError> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|reason| TlsError::Unusable {
             cert: files.cert.clone(),
             key: files.key.clone(),
             reason: reason.to_string(),
-        })?
-        .with_no_client_auth()
-        .with_cert_resolver(cert);
+        })?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
@@ -199,8 +334,13 @@ pub fn acceptor(cert: Arc<ReloadingCert>, files: &TlsFiles) -> Result<TlsAccepto
 pub struct Reloadable {
     /// The server certificate.
     pub cert: Arc<ReloadingCert>,
+    /// The client certificate verifier, when clients must present certificates.
+    pub clients: Option<Arc<ReloadingClientVerifier>>,
     /// Called with the new CA when `ca.crt` changes (the peer channels reconnect with it).
     pub on_ca_change: Box<dyn Fn(Bytes) + Send + Sync>,
+    /// Called with the new certificate and key when they change (peer channels that
+    /// present them reconnect).
+    pub on_cert_change: Box<dyn Fn(CertPem) + Send + Sync>,
     /// Reloads that worked.
     pub reloaded: Counter,
     /// Reloads of files that did not parse (the previous material stays in use).
@@ -209,23 +349,26 @@ pub struct Reloadable {
 
 /// Re-reads `files` every [`RELOAD_INTERVAL`] and applies what changed; `seen` and
 /// `seen_ca` are the bytes loaded at start.
-pub async fn watch_files(files: TlsFiles, reload: Reloadable, mut seen: Bytes, mut seen_ca: Bytes) {
+pub async fn watch_files(
+    files: TlsFiles,
+    reload: Reloadable,
+    mut seen: CertPem,
+    mut seen_ca: Bytes,
+) {
     let mut tick = tokio::time::interval(RELOAD_INTERVAL);
     tick.tick().await;
     loop {
         tick.tick().await;
         let changed = match (read(&files.cert), read(&files.key)) {
-            (Ok(mut now), Ok(key)) => {
-                now.extend_from_slice(&key);
-                now != seen
-            }
+            (Ok(cert), Ok(key)) => cert != seen.cert || key != seen.key,
             _ => true,
         };
         if changed {
             match load_certified_key(&files) {
-                Ok((certified, bytes)) if bytes != seen => {
+                Ok((certified, pem)) if pem != seen => {
                     reload.cert.replace(certified);
-                    seen = bytes;
+                    (reload.on_cert_change)(pem.clone());
+                    seen = pem;
                     reload.reloaded.inc();
                     tracing::info!(cert = %files.cert.display(), "serving the rotated TLS certificate");
                 }
@@ -240,6 +383,13 @@ pub async fn watch_files(files: TlsFiles, reload: Reloadable, mut seen: Bytes, m
         }
         match load_ca(&files.ca) {
             Ok(ca) if ca != seen_ca => {
+                if let Some(clients) = &reload.clients
+                    && let Err(err) = clients.replace(&ca, &files.ca)
+                {
+                    reload.failed.inc();
+                    tracing::warn!(error = %err, "the rotated CA cannot verify clients; clients are verified against the previous CA");
+                    continue;
+                }
                 (reload.on_ca_change)(ca.clone());
                 seen_ca = ca;
                 reload.reloaded.inc();

@@ -57,6 +57,7 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
     ("spec.auth.disabled", ChangeClass::RestartWithHandoff),
     ("spec.tls", ChangeClass::RestartWithHandoff),
     ("spec.tls.secretName", ChangeClass::RestartWithHandoff),
+    ("spec.tls.clientAuth", ChangeClass::RestartWithHandoff),
     (
         "spec.monitoring.metricsPort",
         ChangeClass::RestartWithHandoff,

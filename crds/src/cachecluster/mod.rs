@@ -22,6 +22,7 @@ pub use self::change_class::ChangeClass;
 pub use self::pool::{PersistenceSpec, PoolSpec, SchedulingSpec};
 pub use self::status::{CacheClusterStatus, NodeStatus, PoolStatus};
 pub use self::validate::{FieldError, InvalidSpec};
+pub use crate::node_config::ClientAuth;
 
 /// The API group of every FlightCache resource.
 pub const GROUP: &str = "flightcache.dev";
@@ -228,6 +229,22 @@ pub struct TlsSpec {
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::TLS_SECRET_MSG))]
     #[schemars(length(max = 253))]
     pub secret_name: String,
+    /// Client certificate authentication. `required`: every connection to a node must
+    /// present a certificate signed by the Secret's `ca.crt`, or its TLS handshake fails
+    /// before any call is read; nodes present their own certificate to each other and the
+    /// operator presents the Secret's, so `tls.crt` must allow client authentication (an
+    /// extended key usage, if it has one, must list `clientAuth`: cert-manager `usages:
+    /// [server auth, client auth]`). Tokens still decide what each call may do. `none`
+    /// (default): no client certificate is asked for.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "is_default_client_auth")]
+    pub client_auth: ClientAuth,
+}
+
+// serde's skip_serializing_if hands the field by reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_default_client_auth(client_auth: &ClientAuth) -> bool {
+    *client_auth == ClientAuth::None
 }
 
 /// Metrics settings of the cache nodes.

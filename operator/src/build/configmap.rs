@@ -49,6 +49,9 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
             .tls_secret
             .as_ref()
             .map(|_| format!("{}/tls/{}", names::NODE_CONFIG_DIR, names::TLS_CA_KEY)),
+        tls_client_auth: (cluster.tls_secret.is_some()
+            && cluster.tls_client_auth == crds::cachecluster::ClientAuth::Required)
+            .then_some(crds::cachecluster::ClientAuth::Required),
         shutdown_grace: Some("20s".into()),
         location_mode: Some(pool.location_mode),
         // The node's default (10,000); the CRD has no field for it.

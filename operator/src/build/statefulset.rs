@@ -534,6 +534,7 @@ mod tests {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
             secret_name: "certs".into(),
+            client_auth: crds::cachecluster::ClientAuth::None,
         });
         let valid = validate(&cc, &defaults()).unwrap();
         let sts = build_statefulset(&valid, &valid.pools[0], 3);

@@ -95,6 +95,19 @@ pub(crate) struct Cli {
     /// `ca.crt` of the cluster's TLS Secret). Not with --ring.
     #[arg(long, env = "FLIGHTCACHE_LOAD_TLS_CA")]
     pub(crate) tls_ca: Option<std::path::PathBuf>,
+
+    /// Present this client certificate chain (PEM) to nodes that require client
+    /// certificates (`spec.tls.clientAuth: required`); with --tls-client-key and --tls-ca.
+    #[arg(long, env = "FLIGHTCACHE_LOAD_TLS_CLIENT_CERT", requires_all = ["tls_client_key", "tls_ca"])]
+    pub(crate) tls_client_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-client-cert.
+    #[arg(
+        long,
+        env = "FLIGHTCACHE_LOAD_TLS_CLIENT_KEY",
+        requires = "tls_client_cert"
+    )]
+    pub(crate) tls_client_key: Option<std::path::PathBuf>,
 }
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::cli::{self, Cli};
 use crate::record::{CallError, Outcome, Recorder, Report};
-use crate::target::{Caller, Got, Target};
+use crate::target::{Caller, Got, Target, TargetTls};
 use crate::workload::{KeyChooser, Rng, Workload};
 
 /// How often the phase file is re-read.
@@ -138,6 +138,8 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         timeout,
         connect_timeout,
         tls_ca,
+        tls_client_cert,
+        tls_client_key,
     } = cli;
     cli::check_target(&address).map_err(LoadError::Usage)?;
     if ring && tls_ca.is_some() {
@@ -145,12 +147,21 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
             "--tls-ca works with a direct target, not with --ring".into(),
         ));
     }
-    let tls_ca = tls_ca
-        .map(|path| {
-            std::fs::read(&path)
-                .map_err(|err| LoadError::Usage(format!("--tls-ca {}: {err}", path.display())))
-        })
-        .transpose()?;
+    let read = |flag: &str, path: std::path::PathBuf| {
+        std::fs::read(&path)
+            .map_err(|err| LoadError::Usage(format!("{flag} {}: {err}", path.display())))
+    };
+    let identity = match (tls_client_cert, tls_client_key) {
+        (Some(cert), Some(key)) => Some((
+            read("--tls-client-cert", cert)?,
+            read("--tls-client-key", key)?,
+        )),
+        _ => None,
+    };
+    let tls = tls_ca
+        .map(|path| read("--tls-ca", path))
+        .transpose()?
+        .map(|ca| TargetTls { ca, identity });
     let rows = usize::try_from(rows).map_err(|err| LoadError::Usage(err.to_string()))?;
     let started_at = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
     let config = RunConfig {
@@ -183,7 +194,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         write_atomically(path, &summary)?;
     }
 
-    let target = Target::connect(&address, token, tls_ca, ring, connect_timeout)
+    let target = Target::connect(&address, token, tls, ring, connect_timeout)
         .await
         .map_err(|CallError { code, message }| LoadError::Connect {
             target: address.clone(),

@@ -14,7 +14,7 @@ use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
 use crds::admin::AdminAction;
 use futures::{StreamExt, TryStreamExt};
 use tonic::Code;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::record::CallError;
 use crate::workload::Workload;
@@ -47,6 +47,14 @@ pub(crate) enum Got {
     NotFound,
 }
 
+/// How a direct target is reached over TLS.
+pub(crate) struct TargetTls {
+    /// The CA (PEM) the target's certificate is verified against.
+    pub(crate) ca: Vec<u8>,
+    /// The client certificate chain and key (PEM) presented, if any.
+    pub(crate) identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 impl Target {
     /// Reaches the target (a `ping`, or the ring's `topology` with `ring`), retrying
     /// transport failures until `patience` has passed.
@@ -57,13 +65,13 @@ impl Target {
     pub(crate) async fn connect(
         address: &str,
         token: Option<String>,
-        tls_ca: Option<Vec<u8>>,
+        tls: Option<TargetTls>,
         ring: bool,
         patience: Duration,
     ) -> Result<Self, CallError> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
-            let attempt = Self::try_connect(address, token.clone(), tls_ca.as_deref(), ring).await;
+            let attempt = Self::try_connect(address, token.clone(), tls.as_ref(), ring).await;
             match attempt {
                 Ok(target) => return Ok(target),
                 Err(err) => {
@@ -80,7 +88,7 @@ impl Target {
     async fn try_connect(
         address: &str,
         token: Option<String>,
-        tls_ca: Option<&[u8]>,
+        tls: Option<&TargetTls>,
         ring: bool,
     ) -> Result<Self, CallError> {
         let call = async {
@@ -94,12 +102,16 @@ impl Target {
                 code: "CLIENT",
                 message: format!("bad target '{address}': {err}"),
             };
-            let scheme = if tls_ca.is_some() { "https" } else { "http" };
+            let scheme = if tls.is_some() { "https" } else { "http" };
             let mut endpoint =
                 Endpoint::from_shared(format!("{scheme}://{address}")).map_err(bad_target)?;
-            if let Some(ca) = tls_ca {
-                let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
-                endpoint = endpoint.tls_config(tls).map_err(bad_target)?;
+            if let Some(tls) = tls {
+                let mut config =
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca));
+                if let Some((cert, key)) = &tls.identity {
+                    config = config.identity(Identity::from_pem(cert, key));
+                }
+                endpoint = endpoint.tls_config(config).map_err(bad_target)?;
             }
             let endpoint = endpoint
                 .connect_timeout(CONNECT_TIMEOUT)
