@@ -118,6 +118,15 @@ pub enum Error {
         /// What failed (connect error, deadline).
         reason: String,
     },
+    /// A read whose every copy could not be reached: for a cache that is a miss (the
+    /// client computes the result), not a failure.
+    #[error("{key} is not cached: no copy can be reached ({reason}); answered as a miss")]
+    CopiesUnreachable {
+        /// The key, as printed by `CacheKey`'s Display.
+        key: String,
+        /// The first copy's failure (owner, address and cause).
+        reason: String,
+    },
     /// The owner answered a forwarded request with this status; it is passed on as is.
     #[error("{}", .0.message())]
     Forwarded(Status),
@@ -147,7 +156,7 @@ impl Error {
             | Self::BadActionBody { .. }
             | Self::ConfigRejected(_)
             | Self::Routing(RoutingError::TopologyRejected(_)) => Code::InvalidArgument,
-            Self::UnknownKey { .. } => Code::NotFound,
+            Self::UnknownKey { .. } | Self::CopiesUnreachable { .. } => Code::NotFound,
             Self::EntryTooLarge { .. } | Self::OverBudget { .. } => Code::ResourceExhausted,
             Self::InvalidatedDuringPut { .. } => Code::Aborted,
             Self::StaleGeneration { .. } | Self::Routing(RoutingError::StaleTopology { .. }) => {

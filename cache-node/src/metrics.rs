@@ -142,6 +142,8 @@ pub struct Metrics {
     /// Replica writes (to a key's second choice) that failed; the write still succeeded
     /// on the owner.
     pub replica_write_failures: Counter,
+    /// Reads answered as a miss because no copy of the key could be reached.
+    pub unreachable_misses: Counter,
     /// Connections closed on accept because `max_connections` were open.
     pub connections_refused: Counter,
     /// Local-hit answers whose reader took no frame for `--max-read-stall`: their frames
@@ -240,6 +242,12 @@ impl Metrics {
             "Writes whose copy to the key's second choice failed (stored on the owner only)",
             replica_write_failures.clone(),
         );
+        let unreachable_misses = Counter::default();
+        registry.register(
+            "unreachable_misses",
+            "Reads answered as a miss (NOT_FOUND) because no copy of the key could be reached",
+            unreachable_misses.clone(),
+        );
         let connections_refused = Counter::default();
         registry.register(
             "connections_refused",
@@ -307,6 +315,7 @@ impl Metrics {
             rebalance_in_progress,
             rebalance_pending_entries,
             replica_write_failures,
+            unreachable_misses,
             connections_refused,
             stalled_reads,
             tls_handshake_failures,

@@ -88,18 +88,25 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
     );
     assert!(!owner.contains("flightcache_node_forwarded_total{"));
 
-    // The owner goes away: the next forwarded DoGet fails and names it.
+    // The owner goes away: the next forwarded DoGet is a miss that names it, counted as
+    // a miss and as an unreachable miss, never as an error.
     cluster.stop(2).await;
     let err = get(&mut via0, path_ticket(&remote)).await.unwrap_err();
-    assert_eq!(status(err).code(), Code::Unavailable);
+    assert_eq!(status(err).code(), Code::NotFound);
     let text = scrape(cluster.node(0).metrics_addr).await;
-    assert_eq!(
-        value(
-            &text,
-            r#"flightcache_node_doget_seconds_count{outcome="error"}"#
+    for (series, expected) in [
+        (
+            r#"flightcache_node_doget_seconds_count{outcome="miss"}"#,
+            Some(2.0),
         ),
-        Some(1.0)
-    );
+        ("flightcache_node_unreachable_misses_total", Some(1.0)),
+        (
+            r#"flightcache_node_doget_seconds_count{outcome="error"}"#,
+            None,
+        ),
+    ] {
+        assert_eq!(value(&text, series), expected, "{series}\n{text}");
+    }
     let unreachable = value(
         &text,
         r#"flightcache_node_peer_errors_total{peer="n-2",reason="unreachable"}"#,

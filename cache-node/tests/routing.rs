@@ -73,7 +73,7 @@ async fn put_through_one_node_and_get_through_another_is_byte_identical() {
 }
 
 #[tokio::test]
-async fn an_unreachable_owner_is_named_while_other_keys_are_served() {
+async fn an_unreachable_owner_costs_a_miss_that_names_it_while_other_keys_are_served() {
     let mut cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);
     let on1 = keys_owned_by(&ring, "n-1", "dash", 1).remove(0);
@@ -85,11 +85,24 @@ async fn an_unreachable_owner_is_named_while_other_keys_are_served() {
         .unwrap();
     cluster.stop(1).await;
 
+    // Reads of its keys are misses (the client computes them), within the connect
+    // timeout, and say why; GetFlightInfo too.
+    let started = std::time::Instant::now();
     let err = get(&mut via0, path_ticket(&on1)).await.unwrap_err();
     let status = status(err);
-    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(status.code(), Code::NotFound);
     let expected = format!("owner n-1 ({}) is unreachable", cluster.addresses[1]);
     assert!(status.message().contains(&expected), "{}", status.message());
+    assert!(
+        status.message().contains("answered as a miss"),
+        "{}",
+        status.message()
+    );
+    let bound = cache_node::flight::forward::CONNECT_TIMEOUT * 2;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    let err = via0.get_flight_info(path(&on1)).await.unwrap_err();
+    assert_eq!(common::status(err).code(), Code::NotFound);
+    // Writes still need the owner (a fallback write is not built yet).
     let err = put(&mut via0, path(&on1), vec![batch.clone()], None)
         .await
         .unwrap_err();

@@ -46,8 +46,8 @@ def main() -> int:
         if q["corrupt"]:
             bad.append(f"{name}: {q['corrupt']} corrupt pyarrow reads")
         if name in UNPLANNED:
-            # Only the node's share (a third of the keys) may miss; calls routed to it fail
-            # until it is back (no handoff was made).
+            # Only the node's share (a third of the keys) may miss: reads of its keys are
+            # misses and writes to it fail until it is back (no handoff was made).
             if hit < 0.60 * steady:
                 bad.append(f"{name}: hit ratio {hit:.4f} fell below 60% of steady state")
             continue

@@ -9,7 +9,8 @@
 //! and only then answers. If the second choice cannot store it the write still succeeds
 //! on the owner: the failure is logged and counted in
 //! `flightcache_node_replica_write_failures_total`. Reads try the owner and, when it is
-//! unreachable or misses, the second choice, so a key survives its owner's restart.
+//! unreachable or misses, the second choice, so a key survives its owner's restart; a
+//! read no copy can answer is a miss (NOT_FOUND), never UNAVAILABLE.
 //! Does network I/O through `forward.rs`.
 
 use std::future::Future;
@@ -85,11 +86,13 @@ impl FlightCacheService {
 
     /// Runs a read on the key's copies in order (the owner first): `local` here, `remote`
     /// on a peer. A miss or an unreachable copy moves on to the next one. When every copy
-    /// fails, a miss wins over an unreachable copy (the key is simply not cached).
+    /// fails, the read is a miss: a copy that missed says so, and copies that could not
+    /// be reached (a node down, restarting, not yet resolvable) are answered as a miss
+    /// too, [`Error::CopiesUnreachable`] — for a cache a missing node costs misses, never
+    /// errors; the client computes the result as for any miss.
     ///
     /// # Errors
-    /// The first copy's error that is neither a miss nor unreachable, else NOT_FOUND if
-    /// any copy missed, else the first error.
+    /// The first copy's error that is neither a miss nor unreachable, else NOT_FOUND.
     pub(super) async fn read_copies<T, Fut>(
         &self,
         key: &CacheKey,
@@ -122,11 +125,19 @@ impl FlightCacheService {
                 Err(err) => return Err(err),
             }
         }
-        Err(miss.or(first_error).unwrap_or(Error::Routing(
-            crate::routing::members::RoutingError::NoOwner {
+        Err(match (miss, first_error) {
+            (Some(miss), _) => miss,
+            (None, Some(unreachable)) => {
+                self.metrics.unreachable_misses.inc();
+                Error::CopiesUnreachable {
+                    key: key.to_string(),
+                    reason: unreachable.to_string(),
+                }
+            }
+            (None, None) => Error::Routing(crate::routing::members::RoutingError::NoOwner {
                 version: self.routing.version(),
-            },
-        )))
+            }),
+        })
     }
 
     /// Removes `key` from every copy. Returns whether any copy held it.
