@@ -15,11 +15,11 @@ import json
 import sys
 
 SCENARIOS = ["baseline", "ttl", "eviction", "max-entries", "memory-up", "memory-down",
-             "restart", "scale-out", "scale-in", "no-handoff", "node-kill"]
+             "restart", "scale-out", "scale-in", "no-handoff", "node-kill", "node-frozen"]
 # At most one failed call per this many gets of a planned scenario (see the module doc).
 FAILED_CALL_ALLOWANCE = 50_000
 # Not planned by the operator: a reference restart without handoff, and a crash.
-UNPLANNED = {"no-handoff", "node-kill"}
+UNPLANNED = {"no-handoff", "node-kill", "node-frozen"}
 
 
 def main() -> int:

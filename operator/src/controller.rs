@@ -340,6 +340,7 @@ async fn observe_pools(
                     ip: pod_ip(pod),
                     report,
                     ready_seconds: rollout::ready_seconds(pod, &now()),
+                    unready_seconds: rollout::unready_seconds(pod, &now()),
                     memory_limit,
                     memory_applied,
                     name,

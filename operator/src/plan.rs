@@ -39,6 +39,13 @@ use crate::validate::{ValidatedCluster, ValidatedPool};
 /// published active.
 pub const ENTER_AFTER_READY_SECONDS: u64 = 5;
 
+/// How long an active member's pod may stay unready (crashed, its host gone, failing its
+/// probe) before it is published `joining`: out of the key space, so its keys route to
+/// their next choices and writes succeed there instead of failing. It comes back like a
+/// joining node, its keys handed back by the others. Long enough that a kubelet restart
+/// of the container (a few seconds) does not move keys twice.
+pub const OUT_OF_RING_AFTER_UNREADY_SECONDS: u64 = 10;
+
 /// One pod of the pool as observed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeView {
@@ -56,6 +63,8 @@ pub struct NodeView {
     pub report: Option<NodeReport>,
     /// Seconds since the pod became Ready (0 when it is not).
     pub ready_seconds: u64,
+    /// Seconds since the pod stopped being Ready (0 when it is Ready or never was).
+    pub unready_seconds: u64,
     /// The container memory limit in the pod spec (bytes).
     pub memory_limit: Option<u64>,
     /// The memory limit the kubelet reports applied (bytes).
@@ -188,12 +197,29 @@ pub fn plan_pool(
     let current_template =
         |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.current_template);
 
+    // A member whose pod has been unready too long, while another member is active and
+    // Ready to take its keys (a pool never publishes a ring without an owner).
+    let out_too_long = |ordinal: i32| {
+        by_ordinal
+            .get(&ordinal)
+            .is_some_and(|n| !n.ready && n.unready_seconds >= OUT_OF_RING_AFTER_UNREADY_SECONDS)
+    };
+    let others_serve = |ordinal: i32| {
+        (0..shards)
+            .any(|o| o != ordinal && ready(o) && previous_state(o) == Some(MemberState::Active))
+    };
+
     // Member states.
     let mut states = BTreeMap::new();
     for ordinal in 0..shards {
         let state = match (previous.is_some(), previous_state(ordinal), ready(ordinal)) {
             // A new pool starts with every node active: nothing to hand off yet.
             (false, _, _) => MemberState::Active,
+            (true, Some(MemberState::Active), false)
+                if out_too_long(ordinal) && others_serve(ordinal) =>
+            {
+                MemberState::Joining
+            }
             (true, Some(MemberState::Active), _) => MemberState::Active,
             (true, Some(MemberState::Draining), true) if !current_template(ordinal) => {
                 MemberState::Draining
@@ -365,9 +391,11 @@ pub fn plan_pool(
     }
 
     let name = |o: &i32| ring::member_id(cluster, pool, *o);
+    // A joining member whose pod has been unready a while (a node out of the ring, or a
+    // new pod that cannot start) is waiting for its node, not scaling out.
     let joining: Vec<String> = states
         .iter()
-        .filter(|&(_, &s)| s == MemberState::Joining)
+        .filter(|&(&o, &s)| s == MemberState::Joining && !out_too_long(o))
         .map(|(o, _)| name(o))
         .collect();
     let phase = if !leaving.is_empty() {
@@ -437,6 +465,7 @@ mod tests {
             ip: Some(format!("10.0.0.{ordinal}")),
             report,
             ready_seconds: if ready { 60 } else { 0 },
+            unready_seconds: 0,
             memory_limit: Some(512 << 20),
             memory_applied: Some(512 << 20),
         }
@@ -505,6 +534,89 @@ mod tests {
         assert_eq!(plan.layout.replicas, 3);
         assert_eq!(plan.steps, []);
         assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn a_node_unready_past_the_grace_leaves_the_key_space_and_returns_when_ready() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let state = |plan: &PoolPlan, o| ring::state_of(&plan.layout.topology, &cluster, pool, o);
+        let mut down = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, true, report(3, 1, 10)))
+                .collect(),
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        down.nodes[1] = node(1, false, true, None);
+        // Within the grace (a container restart): the ring stays.
+        down.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS - 1;
+        let brief = plan_pool(&cluster, pool, &down);
+        assert_eq!(brief.layout.topology.version, 1);
+        assert_eq!(brief.phase, Phase::WaitingForNodes);
+
+        // Past it: out of the key space (joining owns nothing), the others routed to.
+        down.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS;
+        let out = plan_pool(&cluster, pool, &down);
+        assert_eq!(out.layout.topology.version, 2);
+        assert_eq!(state(&out, 1), Some(MemberState::Joining));
+        assert_eq!(state(&out, 0), Some(MemberState::Active));
+        assert_eq!(
+            out.steps,
+            [Step::PushRing(vec![
+                ("demo-hot-0".into(), "10.0.0.0".into()),
+                ("demo-hot-2".into(), "10.0.0.2".into()),
+            ])]
+        );
+        assert_eq!(out.phase, Phase::WaitingForNodes);
+
+        // Back and Ready for a moment: active again, and the others hand its keys back
+        // (the ones written to them while it was out).
+        let mut back = down.clone();
+        back.previous = Some(out.layout.topology.clone());
+        back.seen_ring_version = 2;
+        back.nodes[1] = node(1, true, true, report(3, 2, 0));
+        for n in [0, 2] {
+            back.nodes[n].report = report(3, 2, 12);
+        }
+        let returned = plan_pool(&cluster, pool, &back);
+        assert_eq!(state(&returned, 1), Some(MemberState::Active));
+        assert_eq!(
+            returned.steps[1..],
+            [
+                Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
+                Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_last_serving_member_is_never_taken_out_of_the_ring() {
+        for shards in [1, 2] {
+            let cluster = validated(&[("hot", shards)]);
+            let pool = &cluster.pools[0];
+            let observed = PoolObservation {
+                statefulset_replicas: Some(shards),
+                nodes: (0..shards)
+                    .map(|o| {
+                        let mut n = node(o, false, true, None);
+                        n.unready_seconds = 600;
+                        n
+                    })
+                    .collect(),
+                previous: Some(settled_ring(&cluster, shards)),
+                seen_ring_version: 1,
+            };
+            let plan = plan_pool(&cluster, pool, &observed);
+            assert_eq!(plan.layout.topology.version, 1, "{shards} shards, all down");
+            for o in 0..shards {
+                assert_eq!(
+                    ring::state_of(&plan.layout.topology, &cluster, pool, o),
+                    Some(MemberState::Active)
+                );
+            }
+        }
     }
 
     #[test]

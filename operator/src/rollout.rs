@@ -36,6 +36,20 @@ pub fn ready_seconds(pod: &Pod, now: &Time) -> u64 {
         })
 }
 
+/// Seconds since the pod's Ready condition turned False, as of `now` (0 while it is True,
+/// a terminating pod's included, or when there is none yet).
+pub fn unready_seconds(pod: &Pod, now: &Time) -> u64 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+        .filter(|c| c.status == "False")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map_or(0, |since| {
+            u64::try_from(now.0.as_second() - since.0.as_second()).unwrap_or(0)
+        })
+}
+
 /// The pod template hash a pod was created from (`flightcache.dev/config-hash`).
 pub fn template_hash_of(pod: &Pod) -> Option<&str> {
     pod.annotations()
@@ -131,6 +145,24 @@ mod tests {
             Some(at(100));
         assert_eq!(ready_seconds(&ready, &at(107)), 7);
         assert_eq!(ready_seconds(&pod("a", false), &at(107)), 0);
+    }
+
+    #[test]
+    fn unready_seconds_count_from_the_transition_to_not_ready() {
+        let at = |secs| Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap());
+        let since = |ready, secs| {
+            let mut pod = pod("a", ready);
+            pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time =
+                Some(at(secs));
+            pod
+        };
+        assert_eq!(unready_seconds(&since(false, 100), &at(120)), 20);
+        assert_eq!(unready_seconds(&since(true, 100), &at(120)), 0);
+        // Terminating but still Ready: not unready (a planned drain is not an outage).
+        let mut terminating = since(true, 100);
+        terminating.metadata.deletion_timestamp = Some(at(110));
+        assert_eq!(unready_seconds(&terminating, &at(120)), 0);
+        assert_eq!(unready_seconds(&Pod::default(), &at(120)), 0);
     }
 
     #[test]

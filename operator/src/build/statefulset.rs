@@ -270,7 +270,9 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
             },
         ]),
         readiness_probe: Some(probe(true, 2, 2)),
-        liveness_probe: Some(probe(false, 10, 3)),
+        // Liveness is patient: a node unready for 10 s is already out of the ring (plan.rs),
+        // so a hung node is only restarted after a minute, giving a stall time to pass.
+        liveness_probe: Some(probe(false, 10, 6)),
         lifecycle: Some(Lifecycle {
             // Give endpoint removal a moment to reach clients before the node drains.
             pre_stop: Some(LifecycleHandler {
