@@ -23,7 +23,8 @@ use crds::quantity::format_bytes;
 
 use crate::config::{store_eviction, store_ttl_mode, validate_store};
 use crate::error::{Error, Result};
-use crate::routing::members::RoutingTable;
+use crate::routing::members::{Installed, RoutingTable};
+use crate::routing::ring::MemberState;
 use crate::store::{Store, StoreConfig};
 
 /// Refuses a `budget` the pod's memory `limit` (if any) cannot hold with the node's
@@ -215,7 +216,8 @@ pub fn apply_document(
         live.apply(&doc.config, store)?
     };
     if let Some(topology) = &doc.topology {
-        routing.install(topology)?;
+        let installed = routing.install(topology)?;
+        drop_entries_if_joining(installed, routing, store);
     }
     Ok(DocumentApplied {
         generation: applied.generation,
@@ -223,6 +225,28 @@ pub fn apply_document(
         expired: applied.expired,
         ring_version: routing.version(),
     })
+}
+
+/// After a new ring: a node published `joining` owns no key, so it holds none. The
+/// operator publishes a member joining when it is new (empty anyway) or when it was out
+/// of the ring (unready too long: crashed, frozen, cut off). Entries such a node kept
+/// may have been rewritten or invalidated on their owners meanwhile; served again once
+/// it is active they could be stale, so they go now (the owners hand back what was
+/// written while it was out). A miss is the price, never a stale read.
+pub fn drop_entries_if_joining(installed: Installed, routing: &RoutingTable, store: &Store) {
+    if !matches!(installed, Installed::Applied { .. })
+        || routing.self_state() != Some(MemberState::Joining)
+    {
+        return;
+    }
+    let dropped = store.clear();
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            ring_version = routing.version(),
+            "published joining (out of the key space): dropped the entries held, which may be stale"
+        );
+    }
 }
 
 #[cfg(test)]

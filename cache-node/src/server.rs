@@ -538,7 +538,10 @@ async fn watch_config_file(
         // got a newer one through `configure`) must not block config changes.
         if let Some(topology) = topology {
             match routing.install(&topology) {
-                Ok(installed) => tracing::debug!(?installed, "config file topology"),
+                Ok(installed) => {
+                    tracing::debug!(?installed, "config file topology");
+                    crate::live::drop_entries_if_joining(installed, &routing, &store);
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, "config file topology not applied; keeping the running ring")
                 }

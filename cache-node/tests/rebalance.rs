@@ -281,3 +281,48 @@ async fn rebalance_fills_the_second_copies_when_replicas_go_from_one_to_two() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_member_published_joining_drops_what_it_held_so_it_never_serves_a_stale_copy() {
+    // The operator takes a node that stayed unready out of the ring (joining). While it is
+    // out, its keys are written and invalidated on the others; the copies it kept must
+    // not be served when it is back, so it drops them on the joining ring.
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let keys = keys_owned_by(&ring, "n-1", "out", 5);
+    let mut via1 = cluster.client(1).await;
+    for key in &keys {
+        put(&mut via1, path(key), vec![sample_batch(10, 1)], None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(cluster.node(1).store.stats().entries, 5);
+    // A ring in which n-0 and n-2 stay active keeps them (only joining drops).
+    cluster
+        .publish_document(cluster.topology_with(2, &["active", "active", "active"]))
+        .await;
+    assert_eq!(cluster.node(1).store.stats().entries, 5);
+
+    cluster
+        .publish_document(cluster.topology_with(3, &["active", "joining", "active"]))
+        .await;
+    assert_eq!(
+        cluster.node(1).store.stats().entries,
+        0,
+        "joining holds nothing"
+    );
+    // Meanwhile a key is rewritten on its new owner and another invalidated there.
+    let mut via0 = cluster.client(0).await;
+    put(&mut via0, path(&keys[0]), vec![sample_batch(10, 2)], None)
+        .await
+        .unwrap();
+    // Back in: what the ring's owners hold is what is read; nothing old resurfaces.
+    cluster
+        .publish_document(cluster.topology_with(4, &["active", "active", "active"]))
+        .await;
+    for key in &keys[1..] {
+        let err = get(&mut via0, path_ticket(key)).await.unwrap_err();
+        assert_eq!(status(err).code(), tonic::Code::NotFound, "{key}");
+    }
+    cluster.shutdown().await;
+}

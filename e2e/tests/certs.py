@@ -6,7 +6,7 @@ tls.key), for the TLS tests. Usage:
                             signed by the CA in DIR: a rotation)
     certs.py --client DIR NAME
                             writes DIR/client.crt, DIR/client.key: a client certificate
-                            for NAME signed by the CA in DIR (spec.tls.clientAuth: required)
+                            for NAME signed by the CA in DIR (made first if DIR has none)
 
 Also imported by the pyarrow tests (`make_ca`, `issue`).
 """
@@ -88,6 +88,8 @@ def issue(directory: Path, names: list[str], stem: str = "tls") -> None:
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--client":
         directory = Path(sys.argv[2])
+        directory.mkdir(parents=True, exist_ok=True)
+        make_ca(directory)
         issue(directory, [sys.argv[3]], stem="client")
         print(f"{directory}/client.crt for {sys.argv[3]}, signed by {directory}/ca.crt")
         return

@@ -322,6 +322,13 @@ impl RoutingTable {
         Ok(next)
     }
 
+    /// This node's state in the running ring (`None`: no ring, or not a member).
+    pub fn self_state(&self) -> Option<MemberState> {
+        let id = self.self_id()?;
+        let current = self.current()?;
+        current.ring.member(id).map(|member| member.state())
+    }
+
     /// Installs `topology` unless it is older than the running one.
     ///
     /// # Errors
