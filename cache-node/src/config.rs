@@ -134,6 +134,21 @@ pub struct Cli {
     /// ready (a restarted pod's name resolves to its old IP for a few seconds).
     #[arg(long, env = "FLIGHTCACHE_POD_IP")]
     pub pod_ip: Option<IpAddr>,
+    /// Directory of the disk tier (the pod's persistence volume): every entry held is
+    /// written behind to it and reloaded from it at start. None: memory only.
+    #[arg(long, env = "FLIGHTCACHE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Longest the reload from --data-dir may hold readiness back; past it the node
+    /// reports ready and keeps loading [default: 60s].
+    #[arg(long, env = "FLIGHTCACHE_RELOAD_DEADLINE", value_parser = parse_duration)]
+    pub reload_deadline: Option<Duration>,
+    /// Shard subdirectories of --data-dir, 16..=256 [default: 16]. Fixed for a volume's
+    /// life: files of another shard count are not found (and are swept).
+    #[arg(long, env = "FLIGHTCACHE_DISK_SHARDS")]
+    pub disk_shards: Option<u32>,
+    /// A hit updates its file's access time (mtime) at most this often [default: 30s].
+    #[arg(long, env = "FLIGHTCACHE_DISK_READ_DEBOUNCE", value_parser = parse_duration)]
+    pub disk_read_debounce: Option<Duration>,
 }
 
 /// How logs are written.
@@ -229,6 +244,65 @@ pub struct Config {
     /// The name peers resolve this node by, and the IP it must resolve to, before the
     /// node reports ready.
     pub advertised: Option<Advertised>,
+    /// The disk tier, if the node has a data directory.
+    pub persistence: Option<Persistence>,
+}
+
+/// The disk tier's settings (`--data-dir` and the flags beside it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persistence {
+    /// The directory.
+    pub data_dir: PathBuf,
+    /// Longest the reload holds readiness back.
+    pub reload_deadline: Duration,
+    /// Shard subdirectories.
+    pub shards: u32,
+    /// Least time between two access-time updates of one file.
+    pub read_debounce: Duration,
+}
+
+/// Default of `--reload-deadline`: a volume of a few GiB reloads well within it, and
+/// the pod's liveness allows a minute.
+pub const DEFAULT_RELOAD_DEADLINE: Duration = Duration::from_secs(60);
+
+fn pick_persistence(
+    data_dir: Option<PathBuf>,
+    reload_deadline: Option<Duration>,
+    shards: Option<u32>,
+    read_debounce: Option<Duration>,
+) -> Result<Option<Persistence>, ConfigError> {
+    let Some(data_dir) = data_dir else {
+        if shards.is_some() || reload_deadline.is_some() || read_debounce.is_some() {
+            return Err(ConfigError::Invalid {
+                field: "data-dir",
+                reason: "--reload-deadline, --disk-shards and --disk-read-debounce need \
+                         --data-dir"
+                    .into(),
+            });
+        }
+        return Ok(None);
+    };
+    let shards = shards.unwrap_or(crate::persist::DEFAULT_SHARDS);
+    if !(crate::persist::DEFAULT_SHARDS..=crate::persist::MAX_SHARDS).contains(&shards) {
+        return Err(ConfigError::Invalid {
+            field: "disk-shards",
+            reason: format!(
+                "must be between {} and {}",
+                crate::persist::DEFAULT_SHARDS,
+                crate::persist::MAX_SHARDS
+            ),
+        });
+    }
+    Ok(Some(Persistence {
+        data_dir,
+        reload_deadline: positive_duration(
+            "reload-deadline",
+            reload_deadline,
+            DEFAULT_RELOAD_DEADLINE,
+        )?,
+        shards,
+        read_debounce: read_debounce.unwrap_or(crate::persist::DEFAULT_READ_DEBOUNCE),
+    }))
 }
 
 /// The DNS name peers reach a node by, checked before the node reports ready.
@@ -303,6 +377,10 @@ impl Config {
             max_read_stall,
             advertised_host,
             pod_ip,
+            data_dir,
+            reload_deadline,
+            disk_shards,
+            disk_read_debounce,
         } = cli;
         let NodeDocument {
             config: file,
@@ -448,6 +526,12 @@ impl Config {
                 DEFAULT_MAX_READ_STALL,
             )?,
             advertised: pick_advertised(advertised_host, pod_ip)?,
+            persistence: pick_persistence(
+                data_dir,
+                reload_deadline,
+                disk_shards,
+                disk_read_debounce,
+            )?,
         })
     }
 }

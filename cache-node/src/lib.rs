@@ -20,6 +20,7 @@ pub mod flight;
 pub mod key;
 pub mod live;
 pub mod metrics;
+pub mod persist;
 pub mod readiness;
 pub mod routing;
 pub mod server;

@@ -21,6 +21,7 @@ use prometheus_client::registry::{Registry, Unit};
 use tonic::Code;
 
 use crate::live::LiveConfig;
+use crate::persist::DiskMetrics;
 use crate::routing::members::RoutingTable;
 use crate::store::{RemovalCause, Store};
 
@@ -163,6 +164,8 @@ pub struct Metrics {
     pub migrated_in_entries: Counter,
     /// Bytes (entry weights) received from another node's `rebalance`.
     pub migrated_in_bytes: Counter,
+    /// The disk tier's instruments (zero without `--data-dir`).
+    pub disk: DiskMetrics,
 }
 
 impl Metrics {
@@ -304,8 +307,11 @@ impl Metrics {
             Unit::Bytes,
             migrated_in_bytes.clone(),
         );
+        let disk = DiskMetrics::default();
+        register_disk(&mut registry, &disk);
         Self {
             registry,
+            disk,
             handled,
             handling_seconds,
             doget_seconds,
@@ -613,4 +619,66 @@ fn resident_memory_bytes() -> Option<u64> {
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// Registers the disk tier's series (`flightcache_node_disk_*`).
+fn register_disk(registry: &mut Registry, disk: &DiskMetrics) {
+    registry.register(
+        "disk_writes",
+        "Entry files written to the disk tier (temporary file, fsync, rename)",
+        disk.writes.clone(),
+    );
+    registry.register_with_unit(
+        "disk_written",
+        "Bytes of entry files written to the disk tier",
+        Unit::Bytes,
+        disk.written_bytes.clone(),
+    );
+    registry.register(
+        "disk_removes",
+        "Entry files removed because their entry left memory (invalidate, replace, eviction, expiry, clear, migration)",
+        disk.removes.clone(),
+    );
+    registry.register(
+        "disk_touches",
+        "Access times (file mtimes) updated by hits, at most once per entry per --disk-read-debounce",
+        disk.touches.clone(),
+    );
+    registry.register(
+        "disk_errors",
+        "Disk tier operations that failed (the entry stays in memory; the sweep reconciles its file)",
+        disk.errors.clone(),
+    );
+    registry.register(
+        "disk_dropped_operations",
+        "Disk tier operations dropped because the write-behind queue was full",
+        disk.dropped.clone(),
+    );
+    registry.register(
+        "disk_backlog_keys",
+        "Keys with a disk operation not yet done (the write-behind backlog)",
+        disk.backlog.clone(),
+    );
+    registry.register(
+        "disk_swept_files",
+        "Files removed by the disk tier's sweep (entries no longer held, crashed temporary files)",
+        disk.swept.clone(),
+    );
+    registry.register(
+        "disk_reload_entries",
+        "Entry files seen by the reload at start, by outcome (loaded, expired, corrupt, over_budget, superseded)",
+        disk.reload_entries.clone(),
+    );
+    registry.register_with_unit(
+        "disk_reload",
+        "Bytes of entry files loaded into memory by the reload at start",
+        Unit::Bytes,
+        disk.reload_bytes.clone(),
+    );
+    registry.register_with_unit(
+        "disk_reload_duration",
+        "How long the reload from the disk tier took at start (0 until it ends)",
+        Unit::Seconds,
+        disk.reload_seconds.clone(),
+    );
 }

@@ -21,11 +21,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{Auth, AuthLayer};
-use crate::config::{Config, read_config_file};
+use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::flight::forward::Peers;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use crate::persist::{DiskSettings, DiskTier};
 use crate::readiness;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
@@ -67,6 +68,9 @@ pub enum ServerError {
     /// The TLS certificate, key or CA cannot be used.
     #[error("TLS cannot be set up")]
     Tls(#[source] TlsError),
+    /// The disk tier's directory cannot be used.
+    #[error("the data directory cannot be used")]
+    Disk(#[source] std::io::Error),
 }
 
 /// A running node; stop it with [`RunningNode::shutdown`].
@@ -78,6 +82,8 @@ pub struct RunningNode {
     pub metrics_addr: SocketAddr,
     /// The node's store, for in-process inspection (tests, benchmarks).
     pub store: Arc<Store>,
+    /// The disk tier, with `--data-dir`.
+    pub disk: Option<DiskTier>,
     stop: watch::Sender<bool>,
     flight: JoinHandle<Result<(), ServerError>>,
     background: Vec<JoinHandle<()>>,
@@ -100,9 +106,25 @@ impl RunningNode {
         for task in self.background {
             task.abort();
         }
+        if let Some(disk) = self.disk {
+            // Writes still queued reach the disk before the process ends.
+            let flushed = tokio::task::spawn_blocking(move || {
+                let drained = disk.flush(DISK_FLUSH_AT_STOP);
+                disk.close();
+                drained
+            })
+            .await
+            .unwrap_or(false);
+            if !flushed {
+                tracing::warn!(limit = ?DISK_FLUSH_AT_STOP, "disk tier writes still queued at stop are lost");
+            }
+        }
         result
     }
 }
+
+/// Longest a stopping node waits for its queued disk writes.
+pub const DISK_FLUSH_AT_STOP: Duration = Duration::from_secs(10);
 
 /// Most streams (calls) one client connection may have open at once; further calls wait
 /// on the client side (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`).
@@ -154,6 +176,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         max_call_duration,
         max_read_stall,
         advertised,
+        persistence,
     } = config;
     let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
     let max_entry_bytes = store_config.max_entry_bytes;
@@ -164,6 +187,20 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         Arc::clone(&live),
         Arc::clone(&routing),
     ));
+    let disk = match &persistence {
+        Some(persistence) => {
+            let settings = DiskSettings {
+                shards: persistence.shards,
+                read_debounce: persistence.read_debounce,
+                ..DiskSettings::new(persistence.data_dir.clone())
+            };
+            Some(
+                DiskTier::open(settings, (*store).clone(), metrics.disk.clone())
+                    .map_err(ServerError::Disk)?,
+            )
+        }
+        None => None,
+    };
     if credentials.admin.is_none() {
         tracing::warn!(
             "no admin token: every client may run configure, stats, topology, clear and rebalance"
@@ -232,34 +269,52 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let (ready, ready_rx) = watch::channel(false);
     let mut background = Vec::new();
-    match advertised {
-        None => {
-            health_reporter
-                .set_serving::<FlightServiceServer<FlightCacheService>>()
-                .await;
-            let _ = ready.send(true);
-        }
-        Some(advertised) => {
-            health_reporter
-                .set_not_serving::<FlightServiceServer<FlightCacheService>>()
-                .await;
-            let reporter = health_reporter.clone();
-            let stopping = stop_rx.clone();
-            background.push(tokio::spawn(async move {
+    // Ready once the advertised name resolves here and the disk tier has reloaded (or
+    // its deadline passed: the reload then goes on in the background).
+    let reload = disk.clone().map(|disk| {
+        let deadline = persistence
+            .as_ref()
+            .map_or(DEFAULT_RELOAD_DEADLINE, |persistence| persistence.reload_deadline);
+        (tokio::task::spawn_blocking(move || disk.reload()), deadline)
+    });
+    if advertised.is_none() && reload.is_none() {
+        health_reporter
+            .set_serving::<FlightServiceServer<FlightCacheService>>()
+            .await;
+        let _ = ready.send(true);
+    } else {
+        health_reporter
+            .set_not_serving::<FlightServiceServer<FlightCacheService>>()
+            .await;
+        let reporter = health_reporter.clone();
+        let stopping = stop_rx.clone();
+        background.push(tokio::spawn(async move {
+            if let Some(advertised) = advertised {
                 let resolved = readiness::wait_until_resolvable(
                     &advertised,
                     readiness::system_lookup,
                     stopping.clone(),
                 )
                 .await;
-                if resolved && !*stopping.borrow() {
-                    reporter
-                        .set_serving::<FlightServiceServer<FlightCacheService>>()
-                        .await;
-                    let _ = ready.send(true);
+                if !resolved {
+                    return;
                 }
-            }));
-        }
+            }
+            if let Some((mut reload, deadline)) = reload
+                && tokio::time::timeout(deadline, &mut reload).await.is_err()
+            {
+                tracing::warn!(
+                    ?deadline,
+                    "the reload from disk passed its deadline: ready, still loading"
+                );
+            }
+            if !*stopping.borrow() {
+                reporter
+                    .set_serving::<FlightServiceServer<FlightCacheService>>()
+                    .await;
+                let _ = ready.send(true);
+            }
+        }));
     }
     // Messages up to the largest entry (or 64 MiB) are accepted, so clients that send a
     // big batch as one message work; anything larger is refused by the max entry size.
@@ -387,6 +442,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         flight_addr,
         metrics_addr,
         store,
+        disk,
         stop,
         flight,
         background,

@@ -105,6 +105,7 @@ pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Life
         idle: millis(IDLE_HEADER).unwrap_or_default(),
         remaining: millis(REMAINING_HEADER),
         if_absent: kind == Some(WriteKind::Migration),
+        journaled: false,
     }
 }
 

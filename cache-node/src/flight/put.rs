@@ -126,7 +126,7 @@ pub async fn ingest(
         ttl_override = parse_options(&first.app_metadata)?.or(ttl_override);
     }
     let max_entry_bytes = store.config().max_entry_bytes;
-    let mut pending = store.begin_put(key.to_store_bytes());
+    let pending = store.begin_put(key.to_store_bytes());
 
     // Count wire bytes before decoding, so an oversized put stops at the first message
     // past the limit instead of after it has been buffered whole.
@@ -152,89 +152,30 @@ pub async fn ingest(
         // A message without an IPC header carries only a descriptor or app_metadata.
         .try_filter(|message| futures::future::ready(!message.data_header.is_empty()));
 
-    let mut intake = Intake::new(max_entry_bytes);
-    let mut batches: Vec<SealedBatch> = Vec::new();
-    let mut rows = 0u64;
+    let mut assembly = Assembly::new(pending, max_entry_bytes);
     while let Some(message) = messages.next().await {
         let message = match message {
             Ok(message) => message,
             Err(err) => {
                 if matches!(err, Error::EntryTooLarge { .. }) {
-                    pending.reject();
+                    assembly.reject();
                 }
                 return Err(err);
             }
         };
-        if !options_seen && batches.is_empty() && !message.app_metadata.is_empty() {
+        if !options_seen && assembly.batches() == 0 && !message.app_metadata.is_empty() {
             options_seen = true;
             ttl_override = parse_options(&message.app_metadata)?.or(ttl_override);
         }
-        // The message sits in its receive buffer until it has been read and sealed.
-        let received = (message.data_header.len() + message.data_body.len()) as u64;
-        pending
-            .reserve_transient(received)
-            .map_err(store_error(&key))?;
-        let outcome = match intake.receive(&message) {
-            Ok(outcome) => outcome,
-            Err(IntakeError::HydratesTooLarge { size }) => {
-                pending.reject();
-                return Err(Error::EntryTooLarge {
-                    size,
-                    max: max_entry_bytes,
-                });
-            }
-            Err(IntakeError::Arrow(err)) => {
-                return Err(Error::BadPutStream(format!(
-                    "message {}: {err}",
-                    batches.len()
-                )));
-            }
-        };
-        drop(message);
-        match outcome {
-            Received::Dictionary => {}
-            Received::Schema(next) => match intake.schema() {
-                Some(current) if current.input().fields() != next.fields() => {
-                    return Err(Error::SchemaMismatch {
-                        batch: batches.len(),
-                        expected: current.input().to_string(),
-                        found: next.to_string(),
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    let sealed = SealedSchema::new(Arc::new(next)).map_err(|err| {
-                        Error::BadPutStream(format!("the schema cannot be stored: {err}"))
-                    })?;
-                    intake.set_schema(sealed);
-                }
-            },
-            Received::Batches(sealed) => {
-                let weight = sealed
-                    .iter()
-                    .map(|part| batch_weight(&part.batch) + part.message.head_bytes())
-                    .fold(0, u64::saturating_add);
-                pending.reserve(weight).map_err(store_error(&key))?;
-                rows += sealed
-                    .iter()
-                    .map(|part| part.batch.num_rows() as u64)
-                    .sum::<u64>();
-                batches.extend(sealed);
-            }
+        if let Err(err) = assembly.accept(message, &key) {
+            return Err(assembly.fail(err));
         }
-        pending.release(received);
     }
-    let schema = intake.into_schema().ok_or_else(|| {
-        Error::BadPutStream("the stream carried no schema; a DoPut needs at least a schema".into())
-    })?;
-    let batch_count = batches.len() as u64;
     let lifetime = Lifetime {
         ttl_override,
         ..lifetime
     };
-    let outcome = pending
-        .commit_sealed(SealedEntry { schema, batches }, lifetime)
-        .map_err(store_error(&key))?;
+    let (outcome, rows, batch_count) = assembly.commit(lifetime, &key)?;
     let ttl = ttl_override.unwrap_or(store.config().ttl);
     tracing::debug!(%key, rows, bytes = outcome.weight_bytes, "stored entry");
     Ok(PutSummary {
@@ -244,6 +185,142 @@ pub async fn ingest(
         ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         kept_existing: outcome.kept_existing,
     })
+}
+
+/// One entry being assembled from its IPC messages into a pending put: a DoPut's, or an
+/// entry file's on reload (`persist`). Each message is reserved in the budget while it
+/// is decoded, its batch sealed and reserved at its stored weight, and its receive
+/// buffer released before the next one.
+pub struct Assembly {
+    pending: store::PendingPut,
+    intake: Intake,
+    batches: Vec<SealedBatch>,
+    rows: u64,
+    max_entry_bytes: u64,
+    /// The dictionary columns would hydrate past the entry size: a refused put.
+    hydration_refused: bool,
+}
+
+impl Assembly {
+    /// Starts assembling into `pending`; dictionary columns may expand to at most
+    /// `max_entry_bytes` (more could never be stored).
+    pub fn new(pending: store::PendingPut, max_entry_bytes: u64) -> Self {
+        Self {
+            pending,
+            intake: Intake::new(max_entry_bytes),
+            batches: Vec::new(),
+            rows: 0,
+            max_entry_bytes,
+            hydration_refused: false,
+        }
+    }
+
+    /// Record batches accepted so far.
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Refuses the put on the caller's side (counted as rejected).
+    pub fn reject(self) {
+        self.pending.reject();
+    }
+
+    /// Ends the put after `accept` failed with `err`: a put refused for its size is
+    /// counted as rejected; returns `err`.
+    pub fn fail(self, err: Error) -> Error {
+        if self.hydration_refused {
+            self.pending.reject();
+        }
+        err
+    }
+
+    /// Takes one IPC message (one with an empty `data_header` carries none: skip it).
+    ///
+    /// # Errors
+    /// A bad IPC message or a schema change (INVALID_ARGUMENT), an oversized entry or
+    /// no room (RESOURCE_EXHAUSTED), a racing invalidation (ABORTED).
+    pub fn accept(&mut self, message: FlightData, key: &CacheKey) -> Result<()> {
+        // The message sits in its receive buffer until it has been read and sealed.
+        let received = (message.data_header.len() + message.data_body.len()) as u64;
+        self.pending
+            .reserve_transient(received)
+            .map_err(store_error(key))?;
+        let outcome = match self.intake.receive(&message) {
+            Ok(outcome) => outcome,
+            Err(IntakeError::HydratesTooLarge { size }) => {
+                self.hydration_refused = true;
+                return Err(Error::EntryTooLarge {
+                    size,
+                    max: self.max_entry_bytes,
+                });
+            }
+            Err(IntakeError::Arrow(err)) => {
+                return Err(Error::BadPutStream(format!(
+                    "message {}: {err}",
+                    self.batches.len()
+                )));
+            }
+        };
+        drop(message);
+        match outcome {
+            Received::Dictionary => {}
+            Received::Schema(next) => match self.intake.schema() {
+                Some(current) if current.input().fields() != next.fields() => {
+                    return Err(Error::SchemaMismatch {
+                        batch: self.batches.len(),
+                        expected: current.input().to_string(),
+                        found: next.to_string(),
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    let sealed = SealedSchema::new(Arc::new(next)).map_err(|err| {
+                        Error::BadPutStream(format!("the schema cannot be stored: {err}"))
+                    })?;
+                    self.intake.set_schema(sealed);
+                }
+            },
+            Received::Batches(sealed) => {
+                let weight = sealed
+                    .iter()
+                    .map(|part| batch_weight(&part.batch) + part.message.head_bytes())
+                    .fold(0, u64::saturating_add);
+                self.pending.reserve(weight).map_err(store_error(key))?;
+                self.rows += sealed
+                    .iter()
+                    .map(|part| part.batch.num_rows() as u64)
+                    .sum::<u64>();
+                self.batches.extend(sealed);
+            }
+        }
+        self.pending.release(received);
+        Ok(())
+    }
+
+    /// Installs the entry with `lifetime`; returns what the store did, the rows and the
+    /// record batches stored.
+    ///
+    /// # Errors
+    /// No schema (INVALID_ARGUMENT), or the store's refusal.
+    pub fn commit(self, lifetime: Lifetime, key: &CacheKey) -> Result<(store::CommitOutcome, u64, u64)> {
+        let schema = self.intake.into_schema().ok_or_else(|| {
+            Error::BadPutStream(
+                "the stream carried no schema; a DoPut needs at least a schema".into(),
+            )
+        })?;
+        let batch_count = self.batches.len() as u64;
+        let outcome = self
+            .pending
+            .commit_sealed(
+                SealedEntry {
+                    schema,
+                    batches: self.batches,
+                },
+                lifetime,
+            )
+            .map_err(store_error(key))?;
+        Ok((outcome, self.rows, batch_count))
+    }
 }
 
 /// Maps a store refusal to the node error for `key`.

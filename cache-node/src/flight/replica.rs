@@ -39,6 +39,7 @@ impl FlightCacheService {
             idle: last_access.map_or_else(Default::default, |at| now.saturating_sub(at)),
             remaining: Some(entry.expires_at().saturating_sub(now)),
             if_absent: false,
+            journaled: false,
         }
     }
 

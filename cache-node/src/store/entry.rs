@@ -28,6 +28,8 @@ pub struct Entry {
     ttl_override: Option<Duration>,
     expires_at_nanos: AtomicU64,
     hits: AtomicU64,
+    /// The last access reported to the store's journal (store clock, nanoseconds).
+    journaled_access_nanos: AtomicU64,
 }
 
 impl Entry {
@@ -38,6 +40,7 @@ impl Entry {
         created_at: Duration,
         ttl_override: Option<Duration>,
         expires_at: Duration,
+        last_access: Duration,
     ) -> Self {
         let schema = sealed.schema.schema;
         let mut messages = Vec::with_capacity(sealed.batches.len() + 1);
@@ -61,6 +64,7 @@ impl Entry {
             ttl_override,
             expires_at_nanos: AtomicU64::new(duration_to_nanos(expires_at)),
             hits: AtomicU64::new(0),
+            journaled_access_nanos: AtomicU64::new(duration_to_nanos(last_access)),
         }
     }
 
@@ -115,6 +119,19 @@ impl Entry {
     pub(crate) fn set_expires_at(&self, deadline: Duration) {
         self.expires_at_nanos
             .store(duration_to_nanos(deadline), Ordering::Relaxed);
+    }
+
+    /// Records `now` as the last access reported to the journal if the one before is at
+    /// least `debounce` old; returns whether it did (the read is then reported).
+    pub(crate) fn journal_read(&self, now: Duration, debounce: Duration) -> bool {
+        let now_nanos = duration_to_nanos(now);
+        let last = self.journaled_access_nanos.load(Ordering::Relaxed);
+        if now_nanos.saturating_sub(last) < duration_to_nanos(debounce) {
+            return false;
+        }
+        self.journaled_access_nanos
+            .store(now_nanos, Ordering::Relaxed);
+        true
     }
 
     pub(crate) fn record_hit(&self) {

@@ -45,6 +45,7 @@ mod config;
 mod entry;
 mod eviction;
 mod expiry;
+mod journal;
 mod put;
 mod sealed;
 mod sketch;
@@ -66,6 +67,7 @@ use parking_lot::Mutex;
 pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
 pub use self::entry::Entry;
+pub use self::journal::{Journal, JournalSettings};
 pub use self::put::PendingPut;
 pub use self::sealed::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
 use self::state::Inner;
@@ -245,6 +247,9 @@ pub struct Lifetime {
     /// written (`now - age`; invalidations are remembered for 10 minutes), so a handover
     /// cannot bring back invalidated data.
     pub if_absent: bool,
+    /// The entry comes from the journal itself (a disk tier reloading what it wrote):
+    /// it is not reported to the journal as stored again.
+    pub journaled: bool,
 }
 
 /// One stored entry with the bookkeeping a handover needs ([`Store::handoff_list`]).
@@ -354,6 +359,19 @@ impl Store {
         Ok(Self {
             shared: Arc::new(shared),
         })
+    }
+
+    /// Reports every later change of the contents to `settings.journal` (a write-behind
+    /// tier); replaces any journal set before.
+    pub fn set_journal(&self, settings: JournalSettings) {
+        self.shared.with_inner(|inner| inner.set_journal(settings));
+    }
+
+    /// Marks the stored entries of `keys` as used in this order (the last is the most
+    /// recently used), without counting reads: restores the recency order of entries
+    /// reloaded in another order.
+    pub fn touch_in_order(&self, keys: &[Bytes]) {
+        self.shared.with_inner(|inner| inner.touch_in_order(keys));
     }
 
     /// The settings in force.

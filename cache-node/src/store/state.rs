@@ -16,6 +16,7 @@ use super::config::{RemovalCause, StoreConfig, TtlMode};
 use super::entry::Entry;
 use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
 use super::expiry::{ExpiryIndex, compute_deadline};
+use super::journal::JournalSettings;
 use super::sealed::SealedEntry;
 use super::sketch::FrequencySketch;
 use super::{CommitOutcome, Error, HandoffEntry, Lifetime, RemovalCounts, Result, StoreStats};
@@ -81,6 +82,8 @@ pub(crate) struct Inner {
     /// Recent invalidations (a key, or a prefix; `clear` is the empty prefix) and when
     /// they happened, so a handover of an older copy cannot bring the data back.
     tombstones: VecDeque<(Bytes, bool, Duration)>,
+    /// Told of every change of the contents, in order (the disk tier), if set.
+    journal: Option<JournalSettings>,
 }
 
 /// How long an invalidation keeps refusing handovers of older copies of its keys.
@@ -113,6 +116,19 @@ impl Inner {
             discarded_puts: 0,
             graveyard: Vec::new(),
             tombstones: VecDeque::new(),
+            journal: None,
+        }
+    }
+
+    pub(crate) fn set_journal(&mut self, settings: JournalSettings) {
+        self.journal = Some(settings);
+    }
+
+    pub(crate) fn touch_in_order(&mut self, keys: &[Bytes]) {
+        for key in keys {
+            if let Some(&id) = self.index.get(key) {
+                self.order.touch(id);
+            }
         }
     }
 
@@ -140,6 +156,11 @@ impl Inner {
         }
         slot.last_access = now;
         slot.entry.record_hit();
+        if let Some(journal) = &self.journal
+            && slot.entry.journal_read(now, journal.read_debounce)
+        {
+            journal.journal.read(&slot.key, now);
+        }
         if mode == TtlMode::Sliding {
             let entry_ttl = slot.entry.ttl_override().unwrap_or(ttl);
             let deadline = compute_deadline(mode, slot.entry.created_at(), now, entry_ttl);
@@ -377,10 +398,17 @@ impl Inner {
             created_at,
             lifetime.ttl_override,
             deadline,
+            last_access,
         );
+        let entry = Arc::new(entry);
+        if let Some(journal) = &self.journal
+            && !lifetime.journaled
+        {
+            journal.journal.stored(&put.key, &entry, last_access);
+        }
         let id = self.alloc_slot(Slot {
             key: put.key.clone(),
-            entry: Arc::new(entry),
+            entry,
             last_access,
             deadline,
         });
@@ -641,6 +669,9 @@ impl Inner {
         self.used_bytes -= slot.entry.weight_bytes();
         self.evictions.record(cause);
         self.free_slots.push(id);
+        if let Some(journal) = &self.journal {
+            journal.journal.removed(&slot.key);
+        }
         self.graveyard.push(slot.entry);
     }
 

@@ -1,0 +1,310 @@
+//! The on-disk form of one entry: a fixed header, the key, then the entry's stored IPC
+//! messages exactly as the store holds them (ADR 0007), all under one checksum.
+//!
+//! ```text
+//! offset  size  field
+//!      0     4  magic "FCDE"
+//!      4     2  format version (1)
+//!      6     2  reserved, 0
+//!      8     4  CRC-32 of every byte after this field
+//!     12     4  key length K
+//!     16     4  message count M (the schema message, then one per batch)
+//!     20     8  creation time, Unix milliseconds
+//!     28     8  the entry's own TTL in milliseconds (0: the pool's TTL applies)
+//!     36     8  schema fingerprint (stable hash of the schema message's IPC header)
+//!     44     8  payload length P
+//!     52     K  key (the store key: kind byte + key bytes)
+//!   52+K     P  M times: IPC header length (4), body length (8), IPC header, body
+//! ```
+//!
+//! All integers little-endian. Decoding treats the file as untrusted: every length is
+//! checked against what is there before it is used, the checksum covers the rest, and
+//! the messages are then read by the same intake as a DoPut. Pure: no I/O.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes};
+
+use crate::routing::ring::key_hash;
+use crate::store::Entry;
+
+/// First bytes of every entry file.
+pub const MAGIC: [u8; 4] = *b"FCDE";
+/// The format this build writes and reads.
+pub const VERSION: u16 = 1;
+/// Bytes before the key.
+pub const FIXED_HEADER_BYTES: usize = 52;
+/// Longest key a file may name (keys are bounded far below this by the node).
+pub const MAX_KEY_BYTES: u32 = 1 << 20;
+
+/// Why a file is not a readable entry. Such a file is never served: the reload counts
+/// and removes it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// Shorter than its header or its declared lengths.
+    #[error("truncated: {needed} bytes needed, {found} present")]
+    Truncated {
+        /// Bytes the header declares.
+        needed: u64,
+        /// Bytes present.
+        found: u64,
+    },
+    /// Not an entry file of this product.
+    #[error("not an entry file (magic {found:02x?})")]
+    Foreign {
+        /// The first bytes found.
+        found: [u8; 4],
+    },
+    /// Written by another format version.
+    #[error("format version {0} (this build reads {VERSION})")]
+    Version(u16),
+    /// A length field is out of bounds.
+    #[error("{field} of {value} is out of bounds")]
+    Bounds {
+        /// Which field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// The bytes do not match their checksum (a torn or damaged file).
+    #[error("checksum mismatch (stored {stored:08x}, computed {computed:08x})")]
+    Checksum {
+        /// From the header.
+        stored: u32,
+        /// Over the bytes found.
+        computed: u32,
+    },
+    /// The schema message does not match the header's fingerprint.
+    #[error("schema fingerprint mismatch")]
+    Fingerprint,
+}
+
+/// The header fields of an entry file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The store key.
+    pub key: Bytes,
+    /// When the entry was first written.
+    pub created: SystemTime,
+    /// The entry's own TTL, if it has one.
+    pub ttl_override: Option<Duration>,
+    /// Stable hash of the schema message's IPC header.
+    pub schema_fingerprint: u64,
+    /// Number of stored messages.
+    pub message_count: u32,
+    /// Bytes after the key.
+    pub payload_len: u64,
+}
+
+/// One stored IPC message: its flatbuffer header and its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// The IPC message header (`FlightData.data_header`).
+    pub header: Bytes,
+    /// The IPC body (`FlightData.data_body`).
+    pub body: Bytes,
+}
+
+/// A decoded entry file: its header and its messages, sharing the file's buffer.
+#[derive(Debug, Clone)]
+pub struct DecodedEntry {
+    /// The header.
+    pub head: Head,
+    /// The schema message, then one message per batch.
+    pub messages: Vec<StoredMessage>,
+}
+
+/// The parts of an entry file, in order, for a vectored write.
+#[derive(Debug)]
+pub struct EncodedEntry {
+    /// Header, key and every message's length prefix and IPC header.
+    pub parts: Vec<Bytes>,
+    /// Sum of the parts' lengths.
+    pub len: u64,
+}
+
+fn unix_millis(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Encodes `entry` stored under `key`, first written at `created`. The message bodies
+/// are shared, not copied.
+pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
+    let messages = entry.wire_messages();
+    let schema_fingerprint = messages
+        .first()
+        .map(|schema| key_hash(&schema.ipc_header()))
+        .unwrap_or(0);
+    let mut payload: Vec<Bytes> = Vec::with_capacity(messages.len() * 2);
+    let mut payload_len = 0u64;
+    for message in messages {
+        let header = message.ipc_header();
+        let body = message.body().clone();
+        let mut prefix = Vec::with_capacity(12 + header.len());
+        prefix.extend_from_slice(&u32::try_from(header.len()).unwrap_or(u32::MAX).to_le_bytes());
+        prefix.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        prefix.extend_from_slice(&header);
+        payload_len += (prefix.len() + body.len()) as u64;
+        payload.push(Bytes::from(prefix));
+        if !body.is_empty() {
+            payload.push(body);
+        }
+    }
+    let mut after_crc = Vec::with_capacity(FIXED_HEADER_BYTES - 12 + key.len());
+    after_crc.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+    after_crc.extend_from_slice(&u32::try_from(messages.len()).unwrap_or(u32::MAX).to_le_bytes());
+    after_crc.extend_from_slice(&unix_millis(created).to_le_bytes());
+    after_crc.extend_from_slice(&entry.ttl_override().map(millis).unwrap_or(0).to_le_bytes());
+    after_crc.extend_from_slice(&schema_fingerprint.to_le_bytes());
+    after_crc.extend_from_slice(&payload_len.to_le_bytes());
+    after_crc.extend_from_slice(key);
+    let after_crc = Bytes::from(after_crc);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&after_crc);
+    for part in &payload {
+        crc.update(part);
+    }
+    let mut first = Vec::with_capacity(12);
+    first.extend_from_slice(&MAGIC);
+    first.extend_from_slice(&VERSION.to_le_bytes());
+    first.extend_from_slice(&0u16.to_le_bytes());
+    first.extend_from_slice(&crc.finalize().to_le_bytes());
+    let mut parts = Vec::with_capacity(payload.len() + 2);
+    parts.push(Bytes::from(first));
+    parts.push(after_crc);
+    parts.extend(payload);
+    let len = parts.iter().map(|part| part.len() as u64).sum();
+    EncodedEntry { parts, len }
+}
+
+/// Reads the header and key from the first bytes of a file (at least
+/// [`FIXED_HEADER_BYTES`] plus the key). Checks magic, version and bounds, not the
+/// checksum: enough to learn which key a file holds.
+///
+/// # Errors
+/// [`FormatError`] for a foreign, short or out-of-bounds header.
+pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
+    if bytes.len() < FIXED_HEADER_BYTES {
+        return Err(FormatError::Truncated {
+            needed: FIXED_HEADER_BYTES as u64,
+            found: bytes.len() as u64,
+        });
+    }
+    let mut cursor = bytes;
+    let mut magic = [0u8; 4];
+    cursor.copy_to_slice(&mut magic);
+    if magic != MAGIC {
+        return Err(FormatError::Foreign { found: magic });
+    }
+    let version = cursor.get_u16_le();
+    if version != VERSION {
+        return Err(FormatError::Version(version));
+    }
+    let _reserved = cursor.get_u16_le();
+    let _crc = cursor.get_u32_le();
+    let key_len = cursor.get_u32_le();
+    let message_count = cursor.get_u32_le();
+    let created_ms = cursor.get_u64_le();
+    let ttl_ms = cursor.get_u64_le();
+    let schema_fingerprint = cursor.get_u64_le();
+    let payload_len = cursor.get_u64_le();
+    if key_len > MAX_KEY_BYTES {
+        return Err(FormatError::Bounds {
+            field: "key length",
+            value: key_len.into(),
+        });
+    }
+    let key_len = key_len as usize;
+    if cursor.len() < key_len {
+        return Err(FormatError::Truncated {
+            needed: (FIXED_HEADER_BYTES + key_len) as u64,
+            found: bytes.len() as u64,
+        });
+    }
+    let key = Bytes::copy_from_slice(&cursor[..key_len]);
+    Ok(Head {
+        key,
+        created: UNIX_EPOCH + Duration::from_millis(created_ms),
+        ttl_override: (ttl_ms > 0).then(|| Duration::from_millis(ttl_ms)),
+        schema_fingerprint,
+        message_count,
+        payload_len,
+    })
+}
+
+/// Decodes a whole file. The messages share `file`'s buffer.
+///
+/// # Errors
+/// [`FormatError`] for anything but an intact file of this format.
+pub fn decode(file: Bytes) -> Result<DecodedEntry, FormatError> {
+    let head = decode_head(&file)?;
+    let payload_start = FIXED_HEADER_BYTES + head.key.len();
+    let needed = (payload_start as u64).saturating_add(head.payload_len);
+    if needed != file.len() as u64 {
+        return Err(FormatError::Truncated {
+            needed,
+            found: file.len() as u64,
+        });
+    }
+    let stored = u32::from_le_bytes([file[8], file[9], file[10], file[11]]);
+    let computed = crc32fast::hash(&file[12..]);
+    if stored != computed {
+        return Err(FormatError::Checksum { stored, computed });
+    }
+    // At least 12 bytes per message: a count beyond that is a lie the checksum missed.
+    if u64::from(head.message_count) > head.payload_len / 12 {
+        return Err(FormatError::Bounds {
+            field: "message count",
+            value: head.message_count.into(),
+        });
+    }
+    let mut messages = Vec::with_capacity(head.message_count as usize);
+    let mut at = payload_start;
+    for _ in 0..head.message_count {
+        let rest = file.len() - at;
+        if rest < 12 {
+            return Err(FormatError::Truncated {
+                needed: (at + 12) as u64,
+                found: file.len() as u64,
+            });
+        }
+        let mut lengths = &file[at..at + 12];
+        let header_len = lengths.get_u32_le() as u64;
+        let body_len = lengths.get_u64_le();
+        let total = 12u64.saturating_add(header_len).saturating_add(body_len);
+        if total > rest as u64 {
+            return Err(FormatError::Bounds {
+                field: "message length",
+                value: total,
+            });
+        }
+        let header_start = at + 12;
+        let body_start = header_start + header_len as usize;
+        let end = body_start + body_len as usize;
+        messages.push(StoredMessage {
+            header: file.slice(header_start..body_start),
+            body: file.slice(body_start..end),
+        });
+        at = end;
+    }
+    if at != file.len() {
+        return Err(FormatError::Bounds {
+            field: "payload length",
+            value: head.payload_len,
+        });
+    }
+    let fingerprint = messages
+        .first()
+        .map(|schema| key_hash(&schema.header))
+        .unwrap_or(0);
+    if fingerprint != head.schema_fingerprint {
+        return Err(FormatError::Fingerprint);
+    }
+    Ok(DecodedEntry { head, messages })
+}
