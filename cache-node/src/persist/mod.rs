@@ -183,6 +183,8 @@ struct Shared {
     idle: Condvar,
     /// No sweep while the reload still reads the files.
     reloading: AtomicBool,
+    /// The reload filled the budget: the files after it are not loaded.
+    budget_reached: AtomicBool,
     metrics: DiskMetrics,
 }
 
@@ -263,6 +265,7 @@ impl DiskTier {
             work: Condvar::new(),
             idle: Condvar::new(),
             reloading: AtomicBool::new(true),
+            budget_reached: AtomicBool::new(false),
             metrics,
         });
         store.set_journal(JournalSettings {
@@ -646,12 +649,17 @@ impl Shared {
     }
 
     fn reload_one(&self, listed: &Listed, config: &crate::store::StoreConfig) -> Reloaded {
+        if self.budget_reached.load(Ordering::Acquire) {
+            return Reloaded::OverBudget;
+        }
         let stats = self.store.stats();
+        // A put holds a message's received bytes and its sealed copy at once: room for
+        // twice the file, so loading never evicts what was loaded before.
         if stats.entries >= config.max_entries
             || stats
                 .used_bytes
                 .saturating_add(stats.reserved_bytes)
-                .saturating_add(listed.len)
+                .saturating_add(listed.len.saturating_mul(2))
                 > config.budget_bytes
         {
             return Reloaded::OverBudget;
@@ -703,6 +711,11 @@ impl Shared {
         }
         match assembly.commit(lifetime, &key) {
             Ok((outcome, _, _)) if outcome.kept_existing => Reloaded::Superseded,
+            Ok((outcome, _, _)) if outcome.evicted > 0 => {
+                // The budget is reached (the entry weighs more than its file): stop here.
+                self.budget_reached.store(true, Ordering::Release);
+                Reloaded::Loaded(head.key)
+            }
             Ok(_) => Reloaded::Loaded(head.key),
             Err(crate::error::Error::OverBudget { .. }) => Reloaded::OverBudget,
             Err(err) => Reloaded::Corrupt(err.to_string()),

@@ -1,0 +1,453 @@
+//! The disk tier (issue 13): write-behind, reload, the mtime access clock, damaged files,
+//! the sweep, and a node process killed with SIGKILL during a write storm.
+
+#![allow(
+    missing_docs,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::panic
+)]
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use arrow_array::{ArrayRef, DictionaryArray, RecordBatch, StringArray, types::Int32Type};
+use bytes::Bytes;
+use cache_node::key::CacheKey;
+use cache_node::persist::{DiskMetrics, DiskSettings, DiskTier, ReloadReport, WallClock};
+use cache_node::store::{
+    EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight,
+};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A wall clock the test moves, starting at a fixed date.
+#[derive(Clone)]
+struct TestWall {
+    offset_ms: Arc<AtomicU64>,
+}
+
+impl TestWall {
+    fn new() -> Self {
+        Self {
+            offset_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn clock(&self) -> WallClock {
+        let offset = Arc::clone(&self.offset_ms);
+        Arc::new(move || {
+            SystemTime::UNIX_EPOCH
+                + Duration::from_secs(1_800_000_000)
+                + Duration::from_millis(offset.load(Ordering::Relaxed))
+        })
+    }
+
+    fn advance(&self, by: Duration) {
+        self.offset_ms
+            .fetch_add(by.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// One node's memory and disk over a directory; its store clock and the wall move
+/// together through [`Node::advance`].
+struct Node {
+    store: Store,
+    disk: DiskTier,
+    clock: Arc<ManualClock>,
+    wall: TestWall,
+}
+
+fn config(ttl: Duration, mode: TtlMode) -> StoreConfig {
+    StoreConfig {
+        max_entries: 1_000,
+        budget_bytes: 64 << 20,
+        max_entry_bytes: 8 << 20,
+        ttl,
+        ttl_mode: mode,
+        eviction: EvictionPolicy::Lru,
+    }
+}
+
+fn open(dir: &Path, config: StoreConfig, wall: &TestWall) -> Node {
+    let clock = Arc::new(ManualClock::new());
+    // A store clock far from zero, as in production, so ages can be subtracted.
+    clock.advance(Duration::from_secs(10 * 24 * 3600));
+    let store = Store::new(config, clock.clone()).unwrap();
+    let settings = DiskSettings {
+        read_debounce: Duration::from_secs(1),
+        sweep_interval: Duration::from_millis(20),
+        wall: wall.clock(),
+        ..DiskSettings::new(dir.to_path_buf())
+    };
+    let disk = DiskTier::open(settings, store.clone(), DiskMetrics::default()).unwrap();
+    Node {
+        store,
+        disk,
+        clock,
+        wall: wall.clone(),
+    }
+}
+
+impl Node {
+    fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+        self.wall.advance(by);
+    }
+
+    fn put(&self, key: &str, batch: &RecordBatch) {
+        let mut put = self.store.begin_put(store_key(key));
+        put.reserve(batch_weight(batch)).unwrap();
+        put.commit(batch.schema(), vec![batch.clone()], None).unwrap();
+    }
+
+    fn flush(&self) {
+        assert!(self.disk.flush(Duration::from_secs(10)), "the queue drains");
+    }
+
+    /// Flushes and stops the writer, as a node does at SIGTERM.
+    fn stop(self) {
+        self.flush();
+        self.disk.close();
+    }
+}
+
+fn store_key(key: &str) -> Bytes {
+    CacheKey::Path(key.to_owned()).to_store_bytes()
+}
+
+fn batch(rows: usize, seed: i64) -> RecordBatch {
+    common::sample_batch(rows, seed)
+}
+
+/// Every file the tier holds (not the sweep cursor).
+fn entry_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for shard in fs::read_dir(dir).unwrap().flatten() {
+        if shard.path().is_dir() {
+            files.extend(fs::read_dir(shard.path()).unwrap().flatten().map(|f| f.path()));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The stored IPC bytes of an entry, as a DoGet sends them.
+fn wire_bytes(store: &Store, key: &str) -> Vec<(Bytes, Bytes)> {
+    let entry = store.peek(&store_key(key)).expect("entry present");
+    entry
+        .wire_messages()
+        .iter()
+        .map(|message| (message.ipc_header(), message.body().clone()))
+        .collect()
+}
+
+fn reload(node: &Node) -> ReloadReport {
+    node.disk.reload()
+}
+
+#[test]
+fn a_restarted_node_reloads_every_entry_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let before = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    // Plain columns, several batches, and a dictionary column (stored hydrated).
+    let keys: Vec<String> = (0..40).map(|i| format!("sales/{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        before.put(key, &batch(100 + i * 37, i as i64));
+    }
+    let values: ArrayRef = Arc::new(StringArray::from(vec!["north", "south"]));
+    let dictionary: ArrayRef = Arc::new(
+        DictionaryArray::<Int32Type>::try_new(vec![0, 1, 1, 0].into(), values).unwrap(),
+    );
+    let dict_batch = RecordBatch::try_from_iter([("region", dictionary)]).unwrap();
+    before.put("regions", &dict_batch);
+    let mut expected: Vec<_> = keys.iter().map(|key| wire_bytes(&before.store, key)).collect();
+    expected.push(wire_bytes(&before.store, "regions"));
+    before.stop();
+    assert_eq!(entry_files(dir.path()).len(), 41, "one file per entry");
+
+    wall.advance(Duration::from_secs(5));
+    let after = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    let report = reload(&after);
+    assert_eq!(report.loaded, 41, "{report:?}");
+    assert_eq!((report.corrupt, report.expired, report.over_budget), (0, 0, 0));
+    let mut found: Vec<_> = keys.iter().map(|key| wire_bytes(&after.store, key)).collect();
+    found.push(wire_bytes(&after.store, "regions"));
+    assert!(found == expected, "every reloaded entry's stored frames are byte-identical");
+    let reloaded = after.store.get(&store_key("sales/7")).unwrap();
+    assert_eq!(reloaded.batches()[0], batch(100 + 7 * 37, 7));
+    // The reload wrote nothing back: the files were already there.
+    after.flush();
+    assert_eq!(entry_files(dir.path()).len(), 41);
+}
+
+#[test]
+fn invalidate_replace_eviction_and_clear_remove_or_rewrite_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let mut small = config(MINUTE * 60, TtlMode::Absolute);
+    small.max_entries = 3;
+    let node = open(dir.path(), small.clone(), &wall);
+    for i in 0..3 {
+        node.put(&format!("k{i}"), &batch(10, i));
+    }
+    node.flush();
+    assert_eq!(entry_files(dir.path()).len(), 3);
+    assert!(node.store.invalidate(&store_key("k0")));
+    node.flush();
+    assert!(!node.disk.path_of(&store_key("k0")).exists(), "invalidate removes the file");
+    node.put("k1", &batch(20, 100)); // replace
+    node.put("k3", &batch(10, 3));
+    node.put("k4", &batch(10, 4)); // evicts the least recently used (k2)
+    node.flush();
+    assert!(!node.disk.path_of(&store_key("k2")).exists(), "eviction removes the file");
+    assert_eq!(entry_files(dir.path()).len(), 3);
+    node.stop();
+
+    let again = open(dir.path(), small.clone(), &wall);
+    assert_eq!(reload(&again).loaded, 3);
+    let replaced = again.store.get(&store_key("k1")).unwrap();
+    assert_eq!(replaced.batches()[0], batch(20, 100), "the replacement, not the first write");
+    assert_eq!(again.store.clear(), 3);
+    again.stop();
+    assert!(entry_files(dir.path()).is_empty(), "clear removes every file");
+}
+
+#[test]
+fn entries_whose_ttl_passed_while_the_node_was_down_are_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE, TtlMode::Absolute), &wall);
+    node.put("short", &batch(10, 1));
+    node.advance(Duration::from_secs(30));
+    node.put("later", &batch(10, 2));
+    node.stop();
+
+    wall.advance(Duration::from_secs(45)); // "short" is 75 s old, "later" 45 s
+    let after = open(dir.path(), config(MINUTE, TtlMode::Absolute), &wall);
+    let report = reload(&after);
+    assert_eq!((report.loaded, report.expired), (1, 1), "{report:?}");
+    assert!(after.store.get(&store_key("short")).is_none());
+    let later = after.store.peek(&store_key("later")).unwrap();
+    // Its age came along: 15 s of its minute are left, not a whole new minute.
+    assert_eq!(later.expires_at() - after.store.now(), Duration::from_secs(15));
+    assert_eq!(entry_files(dir.path()).len(), 1, "the expired file is removed");
+}
+
+#[test]
+fn sliding_ttl_survives_a_restart_through_the_file_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE, TtlMode::Sliding), &wall);
+    node.put("read", &batch(10, 1));
+    node.put("unread", &batch(10, 2));
+    node.advance(Duration::from_secs(50));
+    assert!(node.store.get(&store_key("read")).is_some(), "a hit at 50 s");
+    node.stop();
+
+    wall.advance(Duration::from_secs(30)); // 80 s after the writes, 30 s after the hit
+    let after = open(dir.path(), config(MINUTE, TtlMode::Sliding), &wall);
+    let report = reload(&after);
+    assert_eq!((report.loaded, report.expired), (1, 1), "{report:?}");
+    let read = after.store.peek(&store_key("read")).expect("the read entry lives on");
+    assert_eq!(read.expires_at() - after.store.now(), Duration::from_secs(30));
+    assert!(after.store.peek(&store_key("unread")).is_none());
+}
+
+#[test]
+fn hits_update_the_access_time_at_most_once_per_debounce() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Sliding), &wall);
+    node.put("hot", &batch(10, 1));
+    node.flush();
+    let path = node.disk.path_of(&store_key("hot"));
+    let written = fs::metadata(&path).unwrap().modified().unwrap();
+    // Hits within the debounce (1 s in these tests) leave the file alone.
+    node.advance(Duration::from_millis(400));
+    node.store.get(&store_key("hot")).unwrap();
+    node.flush();
+    assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), written);
+    node.advance(Duration::from_millis(700));
+    node.store.get(&store_key("hot")).unwrap();
+    node.flush();
+    let touched = fs::metadata(&path).unwrap().modified().unwrap();
+    assert_eq!(touched.duration_since(written).unwrap(), Duration::from_millis(1100));
+}
+
+#[test]
+fn damaged_truncated_and_foreign_files_are_skipped_counted_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    for i in 0..6 {
+        node.put(&format!("k{i}"), &batch(200, i));
+    }
+    node.stop();
+    let file = |i: usize| node_path(dir.path(), &format!("k{i}"));
+    // k0: torn (truncated mid-body); k1: a flipped byte in a body; k2: garbage.
+    let torn = fs::read(file(0)).unwrap();
+    fs::write(file(0), &torn[..torn.len() / 2]).unwrap();
+    let mut flipped = fs::read(file(1)).unwrap();
+    let at = flipped.len() - 10;
+    flipped[at] ^= 0x40;
+    fs::write(file(1), flipped).unwrap();
+    fs::write(file(2), b"not an entry at all").unwrap();
+    // k3's bytes under another key's name: a file that does not hold what it names.
+    let misplaced = node_path(dir.path(), "elsewhere");
+    fs::copy(file(3), &misplaced).unwrap();
+    // A crashed write's temporary file.
+    let temp = file(4).with_file_name(".tmp-0000000000000000");
+    fs::write(&temp, b"partial").unwrap();
+
+    let after = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    let report = reload(&after);
+    assert_eq!(report.corrupt, 4, "{report:?}");
+    assert_eq!(report.loaded, 3, "k3, k4, k5");
+    for i in 0..3 {
+        assert!(after.store.get(&store_key(&format!("k{i}"))).is_none());
+        assert!(!file(i).exists(), "a damaged file is removed");
+    }
+    assert!(!misplaced.exists() && !temp.exists());
+    for i in 3..6 {
+        let entry = after.store.get(&store_key(&format!("k{i}"))).unwrap();
+        assert_eq!(entry.batches()[0], batch(200, i as i64));
+    }
+}
+
+/// Where the tier keeps `key` under `dir` (same rule as `DiskTier::path_of`).
+fn node_path(dir: &Path, key: &str) -> std::path::PathBuf {
+    let wall = TestWall::new();
+    let store = Store::new(config(MINUTE, TtlMode::Absolute), Arc::new(ManualClock::new())).unwrap();
+    let settings = DiskSettings {
+        wall: wall.clock(),
+        ..DiskSettings::new(dir.to_path_buf())
+    };
+    let probe = DiskTier::open(settings, store, DiskMetrics::default()).unwrap();
+    let path = probe.path_of(&store_key(key));
+    probe.close();
+    path
+}
+
+#[test]
+fn a_smaller_budget_reloads_the_most_recently_used_entries_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    for i in 0..10 {
+        node.put(&format!("k{i}"), &batch(2_000, i));
+        node.advance(Duration::from_secs(1));
+    }
+    // Read the oldest three last: they are now the most recently used.
+    for i in 0..3 {
+        node.advance(Duration::from_secs(2));
+        node.store.get(&store_key(&format!("k{i}"))).unwrap();
+    }
+    let one = node.store.peek(&store_key("k0")).unwrap().weight_bytes();
+    node.stop();
+
+    let mut tight = config(MINUTE * 60, TtlMode::Absolute);
+    // Four entries, plus room for the fifth's received and sealed bytes at once is
+    // not there: the reload stops at four.
+    tight.budget_bytes = one * 5 + one / 2;
+    tight.max_entry_bytes = one * 2;
+    let after = open(dir.path(), tight, &wall);
+    let report = reload(&after);
+    assert_eq!((report.loaded, report.over_budget), (4, 6), "{report:?}");
+    for key in ["k0", "k1", "k2", "k9"] {
+        assert!(after.store.peek(&store_key(key)).is_some(), "{key} is among the newest");
+    }
+    assert_eq!(entry_files(dir.path()).len(), 4, "what did not fit is removed");
+    // The recency order follows the access times: the next eviction takes k9, the
+    // least recently used of the four, not one loaded later.
+    after.put("new1", &batch(2_000, 98));
+    after.put("new2", &batch(2_000, 99));
+    assert_eq!(after.store.stats().evictions.size, 1);
+    assert!(after.store.peek(&store_key("k9")).is_none());
+    for key in ["k0", "k1", "k2"] {
+        assert!(after.store.peek(&store_key(key)).is_some(), "{key} stays");
+    }
+}
+
+#[test]
+fn a_live_ttl_change_applies_to_reloaded_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    node.put("k", &batch(10, 1));
+    node.stop();
+    wall.advance(Duration::from_secs(20));
+    let after = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    assert_eq!(reload(&after).loaded, 1);
+    after.store.reconfigure(config(MINUTE, TtlMode::Absolute)).unwrap();
+    let entry = after.store.peek(&store_key("k")).unwrap();
+    assert_eq!(entry.expires_at() - after.store.now(), Duration::from_secs(40));
+}
+
+#[test]
+fn a_put_that_arrives_during_the_reload_wins_over_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    node.put("k", &batch(10, 1));
+    node.stop();
+    let after = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    after.put("k", &batch(10, 2)); // e.g. handed back by a peer before the reload
+    let report = reload(&after);
+    assert_eq!((report.loaded, report.superseded), (0, 1), "{report:?}");
+    assert_eq!(after.store.get(&store_key("k")).unwrap().batches()[0], batch(10, 2));
+    after.stop();
+    let again = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    reload(&again);
+    assert_eq!(
+        again.store.get(&store_key("k")).unwrap().batches()[0],
+        batch(10, 2),
+        "the newer write is the one on disk"
+    );
+}
+
+#[test]
+fn the_sweep_removes_files_the_store_no_longer_holds() {
+    let wall = TestWall::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = open(elsewhere.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    for i in 0..20 {
+        other.put(&format!("k{i}"), &batch(10, i));
+    }
+    other.stop();
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    assert_eq!(reload(&node).loaded, 0);
+    let mut keep = Vec::new();
+    for i in 0..5 {
+        node.put(&format!("fresh{i}"), &batch(10, i));
+        keep.push(node.disk.path_of(&store_key(&format!("fresh{i}"))));
+    }
+    node.flush();
+    // Files this node's store does not hold (as if their removals had been lost), and a
+    // crashed write's temporary file.
+    for file in entry_files(elsewhere.path()) {
+        let relative = file.strip_prefix(elsewhere.path()).unwrap();
+        fs::copy(&file, dir.path().join(relative)).unwrap();
+    }
+    fs::write(keep[0].with_file_name(".tmp-00000000000000ff"), b"partial").unwrap();
+    assert_eq!(entry_files(dir.path()).len(), 26);
+    // One shard per sweep interval (20 ms here): every shard within a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while entry_files(dir.path()).len() > 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut left = entry_files(dir.path());
+    left.sort();
+    keep.sort();
+    assert_eq!(left, keep, "only the held entries' files stay");
+    let cursor = fs::read_to_string(dir.path().join("sweep-cursor")).unwrap();
+    assert!(cursor.trim().parse::<u32>().unwrap() < 16, "the cursor names a shard: {cursor}");
+}
