@@ -274,7 +274,9 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let reload = disk.clone().map(|disk| {
         let deadline = persistence
             .as_ref()
-            .map_or(DEFAULT_RELOAD_DEADLINE, |persistence| persistence.reload_deadline);
+            .map_or(DEFAULT_RELOAD_DEADLINE, |persistence| {
+                persistence.reload_deadline
+            });
         (tokio::task::spawn_blocking(move || disk.reload()), deadline)
     });
     if advertised.is_none() && reload.is_none() {

@@ -302,7 +302,11 @@ impl Assembly {
     ///
     /// # Errors
     /// No schema (INVALID_ARGUMENT), or the store's refusal.
-    pub fn commit(self, lifetime: Lifetime, key: &CacheKey) -> Result<(store::CommitOutcome, u64, u64)> {
+    pub fn commit(
+        self,
+        lifetime: Lifetime,
+        key: &CacheKey,
+    ) -> Result<(store::CommitOutcome, u64, u64)> {
         let schema = self.intake.into_schema().ok_or_else(|| {
             Error::BadPutStream(
                 "the stream carried no schema; a DoPut needs at least a schema".into(),

@@ -147,7 +147,11 @@ pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
         let header = message.ipc_header();
         let body = message.body().clone();
         let mut prefix = Vec::with_capacity(12 + header.len());
-        prefix.extend_from_slice(&u32::try_from(header.len()).unwrap_or(u32::MAX).to_le_bytes());
+        prefix.extend_from_slice(
+            &u32::try_from(header.len())
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
         prefix.extend_from_slice(&(body.len() as u64).to_le_bytes());
         prefix.extend_from_slice(&header);
         payload_len += (prefix.len() + body.len()) as u64;
@@ -158,7 +162,11 @@ pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
     }
     let mut after_crc = Vec::with_capacity(FIXED_HEADER_BYTES - 12 + key.len());
     after_crc.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
-    after_crc.extend_from_slice(&u32::try_from(messages.len()).unwrap_or(u32::MAX).to_le_bytes());
+    after_crc.extend_from_slice(
+        &u32::try_from(messages.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
     after_crc.extend_from_slice(&unix_millis(created).to_le_bytes());
     after_crc.extend_from_slice(&entry.ttl_override().map(millis).unwrap_or(0).to_le_bytes());
     after_crc.extend_from_slice(&schema_fingerprint.to_le_bytes());
@@ -307,4 +315,84 @@ pub fn decode(file: Bytes) -> Result<DecodedEntry, FormatError> {
         return Err(FormatError::Fingerprint);
     }
     Ok(DecodedEntry { head, messages })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_file() -> Bytes {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+
+        use crate::store::{
+            EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight,
+        };
+
+        let config = StoreConfig {
+            max_entries: 10,
+            budget_bytes: 1 << 20,
+            max_entry_bytes: 1 << 20,
+            ttl: Duration::from_secs(60),
+            ttl_mode: TtlMode::Absolute,
+            eviction: EvictionPolicy::Lru,
+        };
+        let store = Store::new(config, Arc::new(ManualClock::new())).unwrap();
+        let column: ArrayRef = Arc::new(Int64Array::from_iter_values(0..64));
+        let batch = RecordBatch::try_from_iter([("n", column)]).unwrap();
+        let mut put = store.begin_put(Bytes::from_static(b"Pkey"));
+        put.reserve(batch_weight(&batch)).unwrap();
+        put.commit(batch.schema(), vec![batch], Some(Duration::from_secs(90)))
+            .unwrap();
+        let entry = store.peek(b"Pkey").unwrap();
+        let encoded = encode(
+            b"Pkey",
+            &entry,
+            UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        );
+        assert_eq!(
+            encoded.len,
+            encoded.parts.iter().map(|p| p.len() as u64).sum::<u64>()
+        );
+        Bytes::from(encoded.parts.concat())
+    }
+
+    #[test]
+    fn an_encoded_entry_decodes_to_its_header_and_messages() {
+        let file = sample_file();
+        let decoded = decode(file).unwrap();
+        assert_eq!(decoded.head.key, Bytes::from_static(b"Pkey"));
+        assert_eq!(decoded.head.ttl_override, Some(Duration::from_secs(90)));
+        assert_eq!(
+            decoded.head.created,
+            UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+        );
+        assert_eq!(decoded.messages.len(), 2, "the schema, then the batch");
+        assert_eq!(decoded.messages[1].body.len(), 64 * 8);
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_refused() {
+        let file = sample_file();
+        for len in 0..file.len() {
+            assert!(decode(file.slice(..len)).is_err(), "truncated to {len}");
+        }
+        for at in 0..file.len() {
+            let mut damaged = file.to_vec();
+            damaged[at] ^= 0x01;
+            assert!(decode(Bytes::from(damaged)).is_err(), "byte {at} flipped");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a file holds: an error or an entry, never a panic.
+        #[test]
+        fn any_bytes_decode_to_an_error_or_an_entry(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+        ) {
+            let _ = decode(Bytes::from(bytes.clone()));
+            let _ = decode_head(&bytes);
+        }
+    }
 }

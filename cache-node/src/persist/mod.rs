@@ -305,7 +305,12 @@ impl DiskTier {
         let deadline = Instant::now() + timeout;
         let mut queue = self.shared.queue.lock();
         while !queue.ops.is_empty() || queue.busy || queue.resync {
-            if self.shared.idle.wait_until(&mut queue, deadline).timed_out() {
+            if self
+                .shared
+                .idle
+                .wait_until(&mut queue, deadline)
+                .timed_out()
+            {
                 return queue.ops.is_empty() && !queue.busy;
             }
         }
@@ -422,7 +427,9 @@ impl Shared {
                     changed_shards.insert(dir.to_path_buf());
                 }
                 let result = match op {
-                    Op::Write { entry, last_access } => self.write(&key, &entry, last_access, &path),
+                    Op::Write { entry, last_access } => {
+                        self.write(&key, &entry, last_access, &path)
+                    }
                     Op::Touch { at } => self.touch(&path, at),
                     Op::Remove => self.remove(&path),
                 };
@@ -460,7 +467,13 @@ impl Shared {
         }
     }
 
-    fn write(&self, key: &Bytes, entry: &Entry, last_access: Duration, path: &Path) -> io::Result<()> {
+    fn write(
+        &self,
+        key: &Bytes,
+        entry: &Entry,
+        last_access: Duration,
+        path: &Path,
+    ) -> io::Result<()> {
         let encoded = format::encode(key, entry, self.wall_of(entry.created_at()));
         let name = path
             .file_name()
@@ -519,8 +532,12 @@ impl Shared {
             .unwrap_or(0);
         self.reconcile_shard(shard);
         let next = (shard + 1) % self.settings.shards;
-        let temp = self.settings.root.join(format!("{TEMP_PREFIX}{CURSOR_FILE}"));
-        let saved = fs::write(&temp, next.to_string()).and_then(|()| fs::rename(&temp, &cursor_path));
+        let temp = self
+            .settings
+            .root
+            .join(format!("{TEMP_PREFIX}{CURSOR_FILE}"));
+        let saved =
+            fs::write(&temp, next.to_string()).and_then(|()| fs::rename(&temp, &cursor_path));
         if let Err(err) = saved {
             self.metrics.errors.inc();
             tracing::warn!(error = %err, "cannot save the sweep cursor");
@@ -581,11 +598,12 @@ impl Shared {
                         });
                     }
                     Ok(metadata) if metadata.is_dir() => {}
+                    // A temporary file: a crashed write's, or one the writer is writing
+                    // right now (puts go on during the reload). The sweep, which runs on
+                    // the writer's thread, removes those left by a crash.
+                    _ if name.starts_with(TEMP_PREFIX) => {}
                     _ => {
-                        // A crashed write's temporary file, or something foreign.
-                        if !name.starts_with(TEMP_PREFIX) {
-                            report.corrupt += 1;
-                        }
+                        report.corrupt += 1;
                         let _ = fs::remove_file(&path);
                     }
                 }
@@ -598,7 +616,7 @@ impl Shared {
         let started = Instant::now();
         let mut report = ReloadReport::default();
         let mut files = self.list_files(&mut report);
-        files.sort_by(|a, b| b.modified.cmp(&a.modified));
+        files.sort_by_key(|file| std::cmp::Reverse(file.modified));
         let config = self.store.config();
         let mut loaded_keys = Vec::new();
         for listed in files {
@@ -698,7 +716,10 @@ impl Shared {
             if_absent: true,
             journaled: true,
         };
-        let mut assembly = Assembly::new(self.store.begin_put(head.key.clone()), config.max_entry_bytes);
+        let mut assembly = Assembly::new(
+            self.store.begin_put(head.key.clone()),
+            config.max_entry_bytes,
+        );
         for message in decoded.messages {
             let message = FlightData {
                 data_header: message.header,
