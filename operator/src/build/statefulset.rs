@@ -32,6 +32,21 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 /// Where a node's disk-tier volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/flightcache";
 
+/// The node's command line: its config file, JSON logs, and with `persistence` the disk
+/// tier on the pool's volume (written behind, reloaded before the node reports ready).
+fn node_args(pool: &ValidatedPool) -> Vec<String> {
+    let mut args = vec![
+        "--config".into(),
+        format!("{}/{}", names::NODE_CONFIG_DIR, names::NODE_CONFIG_KEY),
+        "--log-format".into(),
+        "json".into(),
+    ];
+    if pool.persistence.is_some() {
+        args.extend(["--data-dir".into(), DATA_DIR.into()]);
+    }
+    args
+}
+
 /// The template hash of `pool`'s pods (the `flightcache.dev/config-hash` annotation a
 /// pod carries when it runs the current template).
 pub fn template_hash(cluster: &ValidatedCluster, pool: &ValidatedPool) -> String {
@@ -238,12 +253,7 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
         name: "node".into(),
         image: Some(pool.image.clone()),
         image_pull_policy: Some(cluster.image_pull_policy.clone()),
-        args: Some(vec![
-            "--config".into(),
-            format!("{}/{}", names::NODE_CONFIG_DIR, names::NODE_CONFIG_KEY),
-            "--log-format".into(),
-            "json".into(),
-        ]),
+        args: Some(node_args(pool)),
         ports: Some(vec![
             ContainerPort {
                 name: Some("flight".into()),
@@ -584,6 +594,40 @@ mod tests {
             doc.tls_ca_file.as_deref(),
             Some("/etc/flightcache/tls/ca.crt")
         );
+    }
+
+    #[test]
+    fn a_pool_with_persistence_claims_a_volume_and_runs_its_disk_tier_on_it() {
+        let mut cc = cluster(&[("hot", 3)]);
+        cc.spec.pools[0].persistence = Some(crds::cachecluster::PersistenceSpec {
+            size: "4Gi".into(),
+            storage_class_name: Some("local-path".into()),
+        });
+        let valid = validate(&cc, &defaults()).unwrap();
+        let sts = build_statefulset(&valid, &valid.pools[0], 3).spec.unwrap();
+        let claims = sts.volume_claim_templates.unwrap();
+        assert_eq!(claims.len(), 1);
+        assert_eq!(claims[0].metadata.name.as_deref(), Some("data"));
+        let claim = claims[0].spec.as_ref().unwrap();
+        assert_eq!(claim.storage_class_name.as_deref(), Some("local-path"));
+        let container = &sts.template.spec.unwrap().containers[0];
+        let mount = container
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == "data")
+            .unwrap();
+        assert_eq!(mount.mount_path, DATA_DIR);
+        let args = container.args.as_ref().unwrap();
+        let at = args.iter().position(|a| a == "--data-dir").unwrap();
+        assert_eq!(args[at + 1], DATA_DIR, "the node writes behind to the mounted volume");
+
+        let plain = validated(&[("hot", 3)]);
+        let sts = build_statefulset(&plain, &plain.pools[0], 3).spec.unwrap();
+        assert!(sts.volume_claim_templates.is_none());
+        let container = &sts.template.spec.unwrap().containers[0];
+        assert!(!container.args.as_ref().unwrap().iter().any(|a| a == "--data-dir"));
     }
 
     #[test]
