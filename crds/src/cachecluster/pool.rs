@@ -112,10 +112,13 @@ pub struct PoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 
-    /// A PersistentVolumeClaim per node for its disk tier, so a restarted node reloads
-    /// its hot set instead of starting cold. Unset: memory only (a restarting node's
-    /// entries are handed off to its peers). Can be added to an existing pool, never
-    /// removed.
+    /// A PersistentVolumeClaim per node for its disk tier: every entry a node holds is
+    /// written behind to it (a put is acknowledged before it is on disk), and a
+    /// restarted node reloads its entries, newest access first, before it reports
+    /// ready, instead of starting cold. A node the operator had taken out of the ring
+    /// (unready over 10 s) drops them when it returns, since they may be stale. Unset:
+    /// memory only (a restarting node's entries are handed off to its peers). Can be
+    /// added to an existing pool, never removed.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence: Option<PersistenceSpec>,
