@@ -116,7 +116,8 @@ pub struct PoolSpec {
     /// written behind to it (a put is acknowledged before it is on disk), and a
     /// restarted node reloads its entries, newest access first, before it reports
     /// ready, instead of starting cold. A node the operator had taken out of the ring
-    /// (unready over 10 s) drops them when it returns, since they may be stale. Unset:
+    /// (unready over 10 s while other nodes served its keys) drops them when it
+    /// returns, since they may be stale. Unset:
     /// memory only (a restarting node's entries are handed off to its peers). Can be
     /// added to an existing pool, never removed.
     /// Change: restart with handoff.

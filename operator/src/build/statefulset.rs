@@ -621,13 +621,24 @@ mod tests {
         assert_eq!(mount.mount_path, DATA_DIR);
         let args = container.args.as_ref().unwrap();
         let at = args.iter().position(|a| a == "--data-dir").unwrap();
-        assert_eq!(args[at + 1], DATA_DIR, "the node writes behind to the mounted volume");
+        assert_eq!(
+            args[at + 1],
+            DATA_DIR,
+            "the node writes behind to the mounted volume"
+        );
 
         let plain = validated(&[("hot", 3)]);
         let sts = build_statefulset(&plain, &plain.pools[0], 3).spec.unwrap();
         assert!(sts.volume_claim_templates.is_none());
         let container = &sts.template.spec.unwrap().containers[0];
-        assert!(!container.args.as_ref().unwrap().iter().any(|a| a == "--data-dir"));
+        assert!(
+            !container
+                .args
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|a| a == "--data-dir")
+        );
     }
 
     #[test]
