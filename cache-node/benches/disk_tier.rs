@@ -29,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use bytes::Bytes;
+use cache_node::key::CacheKey;
 use cache_node::persist::{DiskMetrics, DiskSettings, DiskTier};
 use cache_node::store::{
     EvictionPolicy, Store, StoreConfig, SystemClock, TtlMode, batch_weight,
@@ -180,8 +181,13 @@ fn small_batch(seed: i64) -> RecordBatch {
     RecordBatch::try_from_iter([("n", column)]).unwrap()
 }
 
-fn put(store: &Store, key: &[u8], batch: &RecordBatch) {
-    let mut pending = store.begin_put(Bytes::copy_from_slice(key));
+/// The store key of the k-th benchmark entry (a path key, as clients write them).
+fn key(k: u64) -> Bytes {
+    CacheKey::Path(format!("bench/{k}")).to_store_bytes()
+}
+
+fn put(store: &Store, key: Bytes, batch: &RecordBatch) {
+    let mut pending = store.begin_put(key);
     pending.reserve(batch_weight(batch)).unwrap();
     pending
         .commit(batch.schema(), vec![batch.clone()], None)
@@ -237,17 +243,18 @@ fn access_table(quick: bool) {
     disk.reload();
     let batch = small_batch(0);
     for k in 0..keys {
-        put(&memory, &k.to_le_bytes(), &batch);
+        put(&memory, key(k), &batch);
     }
     assert!(disk.flush(Duration::from_secs(120)));
     let plain = store(1 << 30, 1 << 20);
     for k in 0..keys {
-        put(&plain, &k.to_le_bytes(), &batch);
+        put(&plain, key(k), &batch);
     }
+    let names: Vec<Bytes> = (0..keys).map(key).collect();
     let time_reads = |store: &Store| {
         let started = Instant::now();
         for i in 0..reads {
-            std::hint::black_box(store.get(&pick(i).to_le_bytes()));
+            std::hint::black_box(store.get(&names[pick(i) as usize]));
         }
         started.elapsed()
     };
@@ -306,7 +313,7 @@ fn node_table(quick: bool, drop_caches: bool) {
     println!("\n### The node's disk tier ({entries} entries of 1 MiB)\n");
     let dir = tempfile::tempdir().unwrap();
     let budget = (entries + 64) << 20;
-    let memory = store(budget, 2 << 20);
+    let memory = store(budget, 4 << 20);
     let disk = DiskTier::open(
         DiskSettings::new(dir.path().to_path_buf()),
         memory.clone(),
@@ -317,7 +324,7 @@ fn node_table(quick: bool, drop_caches: bool) {
     let batches: Vec<RecordBatch> = (0..8).map(|i| mib_batch(i * 1_000_000)).collect();
     let started = Instant::now();
     for k in 0..entries {
-        put(&memory, &k.to_le_bytes(), &batches[(k % 8) as usize]);
+        put(&memory, key(k), &batches[(k % 8) as usize]);
     }
     let acknowledged = started.elapsed();
     assert!(disk.flush(Duration::from_secs(600)));
@@ -349,7 +356,7 @@ fn node_table(quick: bool, drop_caches: bool) {
         let _ = std::process::Command::new("sync").status();
         fs::write("/proc/sys/vm/drop_caches", "3").expect("--drop-caches needs root");
     }
-    let restarted = store(budget, 2 << 20);
+    let restarted = store(budget, 4 << 20);
     let disk = DiskTier::open(
         DiskSettings::new(dir.path().to_path_buf()),
         restarted.clone(),
@@ -369,8 +376,13 @@ fn node_table(quick: bool, drop_caches: bool) {
         mb / report.elapsed.as_secs_f64(),
         report.loaded
     );
+    assert_eq!(
+        (report.corrupt, report.expired, report.over_budget),
+        (0, 0, 0),
+        "{report:?}"
+    );
     let hits = (0..entries)
-        .filter(|k| restarted.get(&k.to_le_bytes()).is_some())
+        .filter(|&k| restarted.get(&key(k)).is_some())
         .count();
     println!(
         "| hit ratio right after the restart | {:.4} ({hits} of {entries}) |",
