@@ -31,9 +31,7 @@ use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use bytes::Bytes;
 use cache_node::key::CacheKey;
 use cache_node::persist::{DiskMetrics, DiskSettings, DiskTier};
-use cache_node::store::{
-    EvictionPolicy, Store, StoreConfig, SystemClock, TtlMode, batch_weight,
-};
+use cache_node::store::{EvictionPolicy, Store, StoreConfig, SystemClock, TtlMode, batch_weight};
 
 const SHARDS: u64 = 16;
 
@@ -79,7 +77,10 @@ fn make_files(root: &Path, n: u64) -> Vec<PathBuf> {
 fn scan_mtimes(root: &Path, shards: &[u64], cutoff: SystemTime) -> usize {
     let mut expired = 0;
     for shard in shards {
-        for item in fs::read_dir(root.join(format!("{shard:02x}"))).unwrap().flatten() {
+        for item in fs::read_dir(root.join(format!("{shard:02x}")))
+            .unwrap()
+            .flatten()
+        {
             if item.metadata().unwrap().modified().unwrap() < cutoff {
                 expired += 1;
             }
@@ -94,7 +95,10 @@ fn read_headers(root: &Path, shard: u64) -> usize {
     use std::io::Read as _;
     let mut read = 0;
     let mut buffer = [0u8; 64];
-    for item in fs::read_dir(root.join(format!("{shard:02x}"))).unwrap().flatten() {
+    for item in fs::read_dir(root.join(format!("{shard:02x}")))
+        .unwrap()
+        .flatten()
+    {
         let mut file = fs::File::open(item.path()).unwrap();
         file.read_exact(&mut buffer).unwrap();
         read += 1;
@@ -229,7 +233,10 @@ fn access_table(quick: bool) {
         file.set_modified(SystemTime::now()).unwrap();
     }
     let touch = started.elapsed() / reads as u32;
-    println!("| touch the mtime on every read | {} | open + futimens |", us(touch));
+    println!(
+        "| touch the mtime on every read | {} | open + futimens |",
+        us(touch)
+    );
 
     // The node: hits through the store with the disk tier as its journal (30 s debounce).
     let node_dir = tempfile::tempdir().unwrap();
@@ -279,7 +286,9 @@ fn access_table(quick: bool) {
     let autocommit_reads = reads.min(20_000);
     let started = Instant::now();
     for i in 0..autocommit_reads {
-        statement.execute((pick(i) as i64, 10_000_001 + i as i64)).unwrap();
+        statement
+            .execute((pick(i) as i64, 10_000_001 + i as i64))
+            .unwrap();
     }
     let autocommit = started.elapsed() / autocommit_reads as u32;
     drop(statement);
@@ -293,13 +302,18 @@ fn access_table(quick: bool) {
         {
             let mut statement = tx.prepare_cached(upsert).unwrap();
             for i in chunk * 1_000..(chunk + 1) * 1_000 {
-                statement.execute((pick(i) as i64, 20_000_000 + i as i64)).unwrap();
+                statement
+                    .execute((pick(i) as i64, 20_000_000 + i as i64))
+                    .unwrap();
             }
         }
         tx.commit().unwrap();
     }
     let batched = started.elapsed() / reads as u32;
-    println!("| SQLite UPSERT, batches of 1,000 | {} | one transaction per batch |", us(batched));
+    println!(
+        "| SQLite UPSERT, batches of 1,000 | {} | one transaction per batch |",
+        us(batched)
+    );
 }
 
 /// About 1 MiB of Int64 values.
@@ -395,7 +409,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|arg| arg == "--quick");
     let drop_caches = args.iter().any(|arg| arg == "--drop-caches");
-    println!("## Disk tier benchmark{}", if quick { " (quick)" } else { "" });
+    println!(
+        "## Disk tier benchmark{}",
+        if quick { " (quick)" } else { "" }
+    );
     access_table(quick);
     sweep_table(quick);
     node_table(quick, drop_caches);
