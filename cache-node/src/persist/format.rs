@@ -6,7 +6,7 @@
 //!      0     4  magic "FCDE"
 //!      4     2  format version (1)
 //!      6     2  reserved, 0
-//!      8     4  CRC-32 of every byte after this field
+//!      8     4  CRC-32 of every other byte of the file
 //!     12     4  key length K
 //!     16     4  message count M (the schema message, then one per batch)
 //!     20     8  creation time, Unix milliseconds
@@ -174,6 +174,9 @@ pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
     after_crc.extend_from_slice(key);
     let after_crc = Bytes::from(after_crc);
     let mut crc = crc32fast::Hasher::new();
+    crc.update(&MAGIC);
+    crc.update(&VERSION.to_le_bytes());
+    crc.update(&0u16.to_le_bytes());
     crc.update(&after_crc);
     for part in &payload {
         crc.update(part);
@@ -261,7 +264,10 @@ pub fn decode(file: Bytes) -> Result<DecodedEntry, FormatError> {
         });
     }
     let stored = u32::from_le_bytes([file[8], file[9], file[10], file[11]]);
-    let computed = crc32fast::hash(&file[12..]);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&file[..8]);
+    crc.update(&file[12..]);
+    let computed = crc.finalize();
     if stored != computed {
         return Err(FormatError::Checksum { stored, computed });
     }
