@@ -227,6 +227,9 @@ struct Listed {
     path: PathBuf,
     modified: SystemTime,
     len: u64,
+    /// The file's inode: a file the writer has replaced since (a put during the
+    /// reload) is a new inode and is not removed by the reload.
+    inode: u64,
 }
 
 fn shard_name(shard: u32) -> String {
@@ -594,6 +597,7 @@ impl Shared {
                         files.push(Listed {
                             modified: metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                             len: metadata.len(),
+                            inode: std::os::unix::fs::MetadataExt::ino(&metadata),
                             path,
                         });
                     }
@@ -651,7 +655,9 @@ impl Shared {
                 .reload_entries
                 .get_or_create(&ReloadLabels { outcome: label })
                 .inc();
-            if !matches!(outcome, Reloaded::Loaded(_) | Reloaded::Superseded) {
+            let unchanged = fs::metadata(&listed.path)
+                .is_ok_and(|now| std::os::unix::fs::MetadataExt::ino(&now) == listed.inode);
+            if !matches!(outcome, Reloaded::Loaded(_) | Reloaded::Superseded) && unchanged {
                 let _ = fs::remove_file(&listed.path);
             }
         }
