@@ -139,6 +139,28 @@ async fn wait_for_intervals(out: &Path, phase: &str, count: usize) {
     }
 }
 
+/// Waits until an interval of `phase` had no miss (at most 30 s).
+async fn wait_for_recovery(out: &Path, phase: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read(out).unwrap_or_default();
+        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        let recovered = partial["intervals"].as_array().is_some_and(|intervals| {
+            intervals
+                .iter()
+                .any(|i| i["phase"] == phase && i["gets"].as_u64() > Some(0) && i["misses"] == 0)
+        });
+        if recovered {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no interval of phase {phase} without misses after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn args(target: &str, out: &Path, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--target",
@@ -252,7 +274,10 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
     assert!(cleared["removed"].as_u64().unwrap() > 100, "{cleared}");
     wait_for_intervals(&out, "clear", 1).await;
     std::fs::write(&phase_file, "after\n").unwrap();
-    wait_for_intervals(&out, "after", 2).await;
+    // Recovery: every key missed once and was put back, so a whole interval hits. How
+    // long the refill takes depends on the machine, so the test waits for it (at most
+    // 30 s) rather than bounding the hit ratio of a fixed window.
+    wait_for_recovery(&out, "after").await;
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -276,7 +301,11 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
     );
     assert!(puts <= all_misses && puts + 4 >= all_misses, "{totals}");
     let after = phase(&summary, "after");
-    assert!(after["hit_ratio"].as_f64().unwrap() > 0.9, "{after}");
+    // After the clear each worker misses a key at most once (its own refill lands before
+    // it reads again): at most 200 keys x 4 workers misses, against thousands if refills
+    // did not stick.
+    let refills = clear["misses"].as_u64().unwrap() + after["misses"].as_u64().unwrap();
+    assert!(refills <= 200 * 4, "{clear} {after}");
     let last = summary["intervals"].as_array().unwrap().last().unwrap();
     assert!(last["hit_ratio"].as_f64().unwrap() > 0.95, "{last}");
     // The interval with the most misses (the clear) has a lower hit ratio than the last.
