@@ -730,3 +730,44 @@ async fn a_node_stopped_with_sigterm_comes_back_with_every_entry() {
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_reload_deadline_a_node_is_ready_and_keeps_loading() {
+    const ENTRIES: u64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let mut roomy = config(MINUTE * 60, TtlMode::Absolute);
+    roomy.max_entries = ENTRIES;
+    let writer = open(dir.path(), roomy, &wall);
+    for i in 0..ENTRIES {
+        writer.put(&format!("k{i}"), &batch(20, i as i64));
+    }
+    writer.stop();
+
+    // A deadline far shorter than loading 3,000 files takes: the node goes Ready with
+    // part of its entries and loads the rest in the background.
+    let data_dir = dir.path().to_str().unwrap();
+    let node = common::start_node(&["--data-dir", data_dir, "--reload-deadline", "1ms"]).await;
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    while !common::http_get(node.metrics_addr, "/readyz")
+        .await
+        .starts_with("HTTP/1.1 200")
+    {
+        assert!(std::time::Instant::now() < give_up, "ready within 60 s");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let at_ready = node.store.stats().entries;
+    assert!(
+        at_ready < ENTRIES,
+        "ready before the reload ended ({at_ready} of {ENTRIES} loaded)"
+    );
+    while node.store.stats().entries < ENTRIES {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the reload goes on to the end ({} of {ENTRIES})",
+            node.store.stats().entries
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.shutdown().await.unwrap();
+}
