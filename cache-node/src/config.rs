@@ -134,6 +134,13 @@ pub struct Cli {
     /// ready (a restarted pod's name resolves to its old IP for a few seconds).
     #[arg(long, env = "FLIGHTCACHE_POD_IP")]
     pub pod_ip: Option<IpAddr>,
+    /// How the readiness check resolves `--advertised-host`: `dns` asks the nameservers
+    /// of /etc/resolv.conf directly, as a peer's lookup ends up doing (in a pod the
+    /// kubelet puts the pod's own name in /etc/hosts, so the system resolver answers at
+    /// once while the peers still get no record); `system` uses the system resolver
+    /// (hosts file first); `IP:PORT` asks that nameserver [default: dns].
+    #[arg(long, env = "FLIGHTCACHE_ADVERTISED_LOOKUP", value_parser = parse_advertised_lookup)]
+    pub advertised_lookup: Option<AdvertisedLookup>,
     /// Directory of the disk tier (the pod's persistence volume): every entry held is
     /// written behind to it and reloaded from it at start. None: memory only.
     #[arg(long, env = "FLIGHTCACHE_DATA_DIR")]
@@ -312,6 +319,30 @@ pub struct Advertised {
     pub host: String,
     /// The IP the name must resolve to; any address will do without one.
     pub ip: Option<IpAddr>,
+    /// Where the name is looked up.
+    pub lookup: AdvertisedLookup,
+}
+
+/// Where the readiness check looks the advertised name up (`--advertised-lookup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvertisedLookup {
+    /// The nameservers of /etc/resolv.conf, asked directly (not the hosts file).
+    Dns,
+    /// The system resolver (getaddrinfo: the hosts file, then DNS).
+    System,
+    /// This nameserver.
+    Nameserver(std::net::SocketAddr),
+}
+
+fn parse_advertised_lookup(value: &str) -> Result<AdvertisedLookup, String> {
+    match value {
+        "dns" => Ok(AdvertisedLookup::Dns),
+        "system" => Ok(AdvertisedLookup::System),
+        other => other
+            .parse()
+            .map(AdvertisedLookup::Nameserver)
+            .map_err(|_| format!("{other:?} is not `dns`, `system` or a nameserver's IP:PORT")),
+    }
 }
 
 /// Default of `--max-read-stall`.
@@ -377,6 +408,7 @@ impl Config {
             max_read_stall,
             advertised_host,
             pod_ip,
+            advertised_lookup,
             data_dir,
             reload_deadline,
             disk_shards,
@@ -525,7 +557,7 @@ impl Config {
                 max_read_stall,
                 DEFAULT_MAX_READ_STALL,
             )?,
-            advertised: pick_advertised(advertised_host, pod_ip)?,
+            advertised: pick_advertised(advertised_host, pod_ip, advertised_lookup)?,
             persistence: pick_persistence(
                 data_dir,
                 reload_deadline,
@@ -539,14 +571,19 @@ impl Config {
 fn pick_advertised(
     host: Option<String>,
     ip: Option<IpAddr>,
+    lookup: Option<AdvertisedLookup>,
 ) -> Result<Option<Advertised>, ConfigError> {
     let Some(host) = host else {
-        return match ip {
-            Some(_) => Err(ConfigError::Invalid {
+        return match (ip, lookup) {
+            (Some(_), _) => Err(ConfigError::Invalid {
                 field: "pod-ip",
                 reason: "is only used with --advertised-host".into(),
             }),
-            None => Ok(None),
+            (None, Some(_)) => Err(ConfigError::Invalid {
+                field: "advertised-lookup",
+                reason: "is only used with --advertised-host".into(),
+            }),
+            (None, None) => Ok(None),
         };
     };
     let host = host.trim().to_owned();
@@ -565,7 +602,11 @@ fn pick_advertised(
             reason: format!("{host:?} is not a DNS name (letters, digits, '-' and '.')"),
         });
     }
-    Ok(Some(Advertised { host, ip }))
+    Ok(Some(Advertised {
+        host,
+        ip,
+        lookup: lookup.unwrap_or(AdvertisedLookup::Dns),
+    }))
 }
 
 /// Reads and parses a node config file (config fields and an optional topology).

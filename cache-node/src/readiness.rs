@@ -9,7 +9,13 @@
 //! error`. So readiness waits for the name: resolved by the same resolver the peers use,
 //! to this pod's IP.
 //!
+//! The name is asked of the cluster DNS directly ([`dns`]), not through the system
+//! resolver: in a pod the hosts file holds the pod's own name, which would make the
+//! check pass before any peer can resolve it.
+//!
 //! Owns: the wait. Must not import the Flight service or the store.
+
+pub mod dns;
 
 use std::future::Future;
 use std::io;
@@ -18,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::config::Advertised;
+use crate::config::{Advertised, AdvertisedLookup};
 
 /// Pause between lookups while the name does not resolve to this node.
 pub const LOOKUP_INTERVAL: Duration = Duration::from_millis(250);
@@ -58,10 +64,25 @@ pub fn check(advertised: &Advertised, resolved: io::Result<Vec<IpAddr>>) -> Resu
     }
 }
 
-/// Resolves `host` with the system resolver (what the peers' channels use).
+/// Resolves `host` with the system resolver (the hosts file, then DNS).
 pub async fn system_lookup(host: String) -> io::Result<Vec<IpAddr>> {
     let addrs = tokio::net::lookup_host((host.as_str(), 0)).await?;
     Ok(addrs.map(|addr| addr.ip()).collect())
+}
+
+/// Resolves the advertised name the way `advertised.lookup` says.
+pub async fn lookup(advertised: &Advertised) -> io::Result<Vec<IpAddr>> {
+    let family = dns::Family::of(advertised.ip);
+    match advertised.lookup {
+        AdvertisedLookup::System => system_lookup(advertised.host.clone()).await,
+        AdvertisedLookup::Dns => {
+            let servers = dns::system_nameservers()?;
+            dns::lookup(&advertised.host, family, &servers).await
+        }
+        AdvertisedLookup::Nameserver(server) => {
+            dns::lookup(&advertised.host, family, &[server]).await
+        }
+    }
 }
 
 /// Waits until `lookup` of the advertised name leads to this node, or until `stop`
@@ -125,6 +146,7 @@ mod tests {
         Advertised {
             host: "c-hot-1.c-hot-nodes.ns.svc.cluster.local".into(),
             ip: ip.map(|ip| ip.parse().unwrap()),
+            lookup: AdvertisedLookup::Dns,
         }
     }
 

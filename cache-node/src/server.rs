@@ -292,12 +292,12 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         let stopping = stop_rx.clone();
         background.push(tokio::spawn(async move {
             if let Some(advertised) = advertised {
-                let resolved = readiness::wait_until_resolvable(
-                    &advertised,
-                    readiness::system_lookup,
-                    stopping.clone(),
-                )
-                .await;
+                let lookup = |_host: String| {
+                    let advertised = advertised.clone();
+                    async move { readiness::lookup(&advertised).await }
+                };
+                let resolved =
+                    readiness::wait_until_resolvable(&advertised, lookup, stopping.clone()).await;
                 if !resolved {
                     return;
                 }
