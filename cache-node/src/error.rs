@@ -127,6 +127,18 @@ pub enum Error {
         /// The first copy's failure (owner, address and cause).
         reason: String,
     },
+    /// A coalescing DoGet's miss that took the key's fill lease: the caller computes the
+    /// value and puts it; concurrent coalescing readers wait for that put.
+    #[error(
+        "{key} is not cached; this call holds its fill lease for {lease_ms} ms: compute the \
+         value and DoPut it (coalescing readers of the key wait for that put)"
+    )]
+    MissWithLease {
+        /// The key, as printed by `CacheKey`'s Display.
+        key: String,
+        /// How long the lease lasts.
+        lease_ms: u64,
+    },
     /// The owner answered a forwarded request with this status; it is passed on as is.
     #[error("{}", .0.message())]
     Forwarded(Status),
@@ -156,7 +168,9 @@ impl Error {
             | Self::BadActionBody { .. }
             | Self::ConfigRejected(_)
             | Self::Routing(RoutingError::TopologyRejected(_)) => Code::InvalidArgument,
-            Self::UnknownKey { .. } | Self::CopiesUnreachable { .. } => Code::NotFound,
+            Self::UnknownKey { .. }
+            | Self::CopiesUnreachable { .. }
+            | Self::MissWithLease { .. } => Code::NotFound,
             Self::EntryTooLarge { .. } | Self::OverBudget { .. } => Code::ResourceExhausted,
             Self::InvalidatedDuringPut { .. } => Code::Aborted,
             Self::StaleGeneration { .. } | Self::Routing(RoutingError::StaleTopology { .. }) => {
@@ -202,12 +216,26 @@ impl From<Error> for Status {
         let code = err.code();
         if let Error::Forwarded(status) = err {
             // The owner already chose the code and message (and hid internal details); its
-            // transport headers (content-type, date) are not passed on.
-            return Self::with_details(
+            // transport headers (content-type, date) are not passed on, its lease is.
+            let mut passed = Self::with_details(
                 status.code(),
                 bounded_message(status.message()),
                 status.details().to_vec().into(),
             );
+            if let Some(lease) = status.metadata().get(crate::flight::lease::LEASE_HEADER) {
+                passed
+                    .metadata_mut()
+                    .insert(crate::flight::lease::LEASE_HEADER, lease.clone());
+            }
+            return passed;
+        }
+        if let Error::MissWithLease { .. } = err {
+            let mut status = Self::new(code, bounded_message(&err.to_string()));
+            status.metadata_mut().insert(
+                crate::flight::lease::LEASE_HEADER,
+                tonic::metadata::MetadataValue::from_static("granted"),
+            );
+            return status;
         }
         if code == Code::Internal {
             tracing::error!(error = %err, source = ?std::error::Error::source(&err), "flight request failed");

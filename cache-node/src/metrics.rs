@@ -145,6 +145,14 @@ pub struct Metrics {
     pub replica_write_failures: Counter,
     /// Reads answered as a miss because no copy of the key could be reached.
     pub unreachable_misses: Counter,
+    /// Reads missed by the key's holders under the current ring and answered by a
+    /// previous holder during a ring change (copy-then-switch).
+    pub previous_holder_hits: Counter,
+    /// Puts whose owner could not be reached, stored on the key's next candidate.
+    pub fallback_writes: Counter,
+    /// Coalescing DoGet misses answered with the entry another caller's put stored
+    /// while they waited.
+    pub coalesced_reads: Counter,
     /// Connections closed on accept because `max_connections` were open.
     pub connections_refused: Counter,
     /// Local-hit answers whose reader took no frame for `--max-read-stall`: their frames
@@ -251,6 +259,24 @@ impl Metrics {
             "Reads answered as a miss (NOT_FOUND) because no copy of the key could be reached",
             unreachable_misses.clone(),
         );
+        let previous_holder_hits = Counter::default();
+        registry.register(
+            "previous_holder_hits",
+            "Reads the key's current holders missed, answered by its holder under the previous ring during a move",
+            previous_holder_hits.clone(),
+        );
+        let fallback_writes = Counter::default();
+        registry.register(
+            "fallback_writes",
+            "Puts whose owner could not be reached, stored on the key's next ring candidate instead",
+            fallback_writes.clone(),
+        );
+        let coalesced_reads = Counter::default();
+        registry.register(
+            "coalesced_reads",
+            "Coalescing DoGet misses answered with the entry the fill-lease holder's put stored while they waited",
+            coalesced_reads.clone(),
+        );
         let connections_refused = Counter::default();
         registry.register(
             "connections_refused",
@@ -322,6 +348,9 @@ impl Metrics {
             rebalance_pending_entries,
             replica_write_failures,
             unreachable_misses,
+            previous_holder_hits,
+            fallback_writes,
+            coalesced_reads,
             connections_refused,
             stalled_reads,
             tls_handshake_failures,

@@ -187,6 +187,8 @@ async fn internal_headers_are_refused_from_clients_and_the_admin() {
             ("x-flightcache-forwarded", "n-1"),
             ("x-flightcache-ring-version", "18446744073709551615"),
             ("x-flightcache-write", "migration"),
+            ("x-flightcache-write", "fallback"),
+            ("x-flightcache-read", "held"),
             ("x-flightcache-entry-ttl-ms", "1"),
         ] {
             let mut client = cluster.client(0).await;
@@ -267,4 +269,31 @@ async fn ring_version(cluster: &Cluster) -> u64 {
     let answer = action(&mut admin, "topology", b"").await.unwrap();
     let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
     answer["version"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn a_coalescing_read_needs_a_token_like_any_read() {
+    let cluster = Cluster::start_secured(2).await;
+    let tokens = cluster.tokens.as_ref().unwrap().0.clone();
+    let mut anonymous = cluster.client(0).await;
+    anonymous.add_header("flightcache-coalesce", "1").unwrap();
+    let err = status(
+        get(&mut anonymous, path_ticket("coalesced/1"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code(), Code::Unauthenticated, "{}", err.message());
+    let mut client = cluster.client(0).await;
+    client
+        .add_header("authorization", &format!("Bearer {}", tokens.client))
+        .unwrap();
+    client.add_header("flightcache-coalesce", "1").unwrap();
+    let err = status(
+        get(&mut client, path_ticket("coalesced/1"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code(), Code::NotFound);
+    assert_eq!(err.metadata().get("flightcache-lease").unwrap(), "granted");
+    cluster.shutdown().await;
 }

@@ -102,11 +102,15 @@ async fn an_unreachable_owner_costs_a_miss_that_names_it_while_other_keys_are_se
     assert!(started.elapsed() < bound, "{:?}", started.elapsed());
     let err = via0.get_flight_info(path(&on1)).await.unwrap_err();
     assert_eq!(common::status(err).code(), Code::NotFound);
-    // Writes still need the owner (a fallback write is not built yet).
-    let err = put(&mut via0, path(&on1), vec![batch.clone()], None)
+    // A write goes to the key's next candidate and is read back from there while the
+    // owner is down.
+    put(&mut via0, path(&on1), vec![batch.clone()], None)
         .await
-        .unwrap_err();
-    assert_eq!(common::status(err).code(), Code::Unavailable);
+        .unwrap();
+    assert_eq!(
+        get(&mut via0, path_ticket(&on1)).await.unwrap(),
+        vec![batch.clone()]
+    );
 
     assert_eq!(
         get(&mut via0, path_ticket(&on2)).await.unwrap(),
@@ -452,5 +456,179 @@ async fn a_forwarded_get_streams_large_entries_and_is_timed_with_the_owners_stat
     ] {
         assert!(text.contains(line), "{line}");
     }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_key_on_the_move_stays_readable_until_it_has_arrived() {
+    let mut cluster = Cluster::start(3).await;
+    let before = cluster.ring(&[]);
+    let after = cluster.ring(&[2]);
+    // Keys n-2 owns, stored there through node 0.
+    let moving = keys_owned_by(&before, "n-2", "moving", 6);
+    let mut via0 = cluster.client(0).await;
+    for (i, key) in moving.iter().enumerate() {
+        put(&mut via0, path(key), vec![sample_batch(20, i as i64)], None)
+            .await
+            .unwrap();
+    }
+    // n-2 drains: the keys' new owners are n-0 and n-1, which do not hold them yet
+    // (no rebalance ran). Each read is answered by the previous holder, byte-identical,
+    // through every node and by GetFlightInfo and GetSchema as well.
+    cluster.publish(2, &[2]).await;
+    for (i, key) in moving.iter().enumerate() {
+        let new_owner = node_index(after.owner(format!("P{key}").as_bytes()).unwrap());
+        assert!(
+            !holds(cluster.node(new_owner), key),
+            "{key} has not moved yet"
+        );
+        for via in 0..3 {
+            let mut client = cluster.client(via).await;
+            let got = get(&mut client, path_ticket(key))
+                .await
+                .unwrap_or_else(|err| panic!("{key} through n-{via}: {err}"));
+            assert_eq!(got, vec![sample_batch(20, i as i64)]);
+        }
+        let mut owner = cluster.client(new_owner).await;
+        owner.get_flight_info(path(key)).await.unwrap();
+        owner.get_schema(path(key)).await.unwrap();
+    }
+    let mut hits = 0;
+    for i in [0, 1] {
+        let metrics = scrape(cluster.node(i).metrics_addr).await;
+        hits += metric_value(&metrics, "flightcache_node_previous_holder_hits_total");
+    }
+    // Three DoGets, one GetFlightInfo and one GetSchema per key, each answered once by
+    // the new owner from the previous holder.
+    assert_eq!(
+        hits,
+        5 * moving.len() as u64,
+        "previous-holder hits on the new owners"
+    );
+
+    // A key nobody holds is still a plain miss.
+    let nowhere = keys_owned_by(&after, "n-0", "nowhere", 1).remove(0);
+    let err = get(&mut via0, path_ticket(&nowhere)).await.unwrap_err();
+    assert_eq!(status(err).code(), Code::NotFound);
+
+    // The previous holder gone: its keys are misses, answered within the previous
+    // holder's deadline plus the connect attempt, never UNAVAILABLE.
+    cluster.stop(2).await;
+    let started = std::time::Instant::now();
+    let err = get(&mut via0, path_ticket(&moving[0])).await.unwrap_err();
+    let status = status(err);
+    assert_eq!(status.code(), Code::NotFound, "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a miss within the 1 s previous-holder deadline (+ 2 s connect budget): {:?}",
+        started.elapsed()
+    );
+    cluster.shutdown().await;
+}
+
+fn metric_value(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_write_whose_owner_is_down_goes_to_the_next_candidate_and_is_read_from_there() {
+    for replicas in [1, 2] {
+        let mut cluster = Cluster::start_with_replicas(3, replicas).await;
+        let ring = cluster.ring(&[]);
+        // Keys n-2 owns, one whose second choice is each of the other nodes.
+        let keys = keys_owned_by(&ring, "n-2", "fallback", 12);
+        cluster.stop(2).await;
+        for (i, key) in keys.iter().enumerate() {
+            let (owner, next) = two_owners(&ring, key);
+            assert_eq!(owner, 2);
+            let batch = sample_batch(30, i as i64);
+            // Through the next candidate itself and through the third node.
+            for via in [next, 1 - next] {
+                let mut client = cluster.client(via).await;
+                put(&mut client, path(key), vec![batch.clone()], None)
+                    .await
+                    .unwrap_or_else(|err| panic!("replicas {replicas}, {key} via n-{via}: {err}"));
+                assert_eq!(
+                    get(&mut client, path_ticket(key)).await.unwrap(),
+                    vec![batch.clone()]
+                );
+            }
+            assert!(
+                holds(cluster.node(next), key),
+                "{key} is on its next candidate n-{next}"
+            );
+        }
+        let mut fallbacks = 0;
+        for i in [0, 1] {
+            let metrics = scrape(cluster.node(i).metrics_addr).await;
+            fallbacks += metric_value(&metrics, "flightcache_node_fallback_writes_total");
+        }
+        assert_eq!(fallbacks, 2 * keys.len() as u64, "replicas {replicas}");
+        cluster.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn coalescing_dogets_that_miss_together_wait_for_one_put() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-2", "coalesced", 1).remove(0);
+    // Eight DoGets through every node, each asking to coalesce its miss.
+    let mut readers = Vec::new();
+    for i in 0..8 {
+        let mut client = cluster.client(i % 3).await;
+        client.add_header("flightcache-coalesce", "1").unwrap();
+        let key = key.clone();
+        readers.push(tokio::spawn(async move {
+            get(&mut client, path_ticket(&key)).await.map_err(status)
+        }));
+    }
+    // Exactly one of them is answered at once: a miss that holds the fill lease.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (done, waiting): (Vec<_>, Vec<_>) = readers.into_iter().partition(|r| r.is_finished());
+    assert_eq!(done.len(), 1, "one reader answered before the put");
+    let holder = done.into_iter().next().unwrap().await.unwrap().unwrap_err();
+    assert_eq!(holder.code(), Code::NotFound);
+    assert_eq!(
+        holder.metadata().get("flightcache-lease").unwrap(),
+        "granted"
+    );
+    assert!(
+        holder.message().contains("holds its fill lease"),
+        "{}",
+        holder.message()
+    );
+
+    // The holder puts; every waiting reader gets that entry.
+    let batch = sample_batch(40, 5);
+    put(
+        &mut cluster.client(0).await,
+        path(&key),
+        vec![batch.clone()],
+        None,
+    )
+    .await
+    .unwrap();
+    for reader in waiting {
+        assert_eq!(reader.await.unwrap().unwrap(), vec![batch.clone()]);
+    }
+    let metrics = scrape(cluster.node(2).metrics_addr).await;
+    assert_eq!(
+        metric_value(&metrics, "flightcache_node_coalesced_reads_total"),
+        7
+    );
+
+    // Without the header a miss is a plain miss, at once, with no lease.
+    let other = keys_owned_by(&ring, "n-2", "plain-miss", 1).remove(0);
+    let plain = status(
+        get(&mut cluster.client(0).await, path_ticket(&other))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(plain.code(), Code::NotFound);
+    assert!(plain.metadata().get("flightcache-lease").is_none());
     cluster.shutdown().await;
 }

@@ -63,6 +63,22 @@ pub const REMAINING_HEADER: &str = "x-flightcache-entry-remaining-ms";
 /// See [`AGE_HEADER`].
 pub const TTL_HEADER: &str = "x-flightcache-entry-ttl-ms";
 
+/// Header marking a read sent to a key's previous holder during a ring change
+/// (`x-flightcache-read: held`): answered from the receiver's store alone — a hit or
+/// NOT_FOUND — never forwarded, never sent on to other copies.
+pub const READ_HEADER: &str = "x-flightcache-read";
+/// How long a previous holder may take to answer (DoGet: to start answering). Short: it
+/// is asked only after the key's current holders missed, and an unreachable one makes
+/// the read a miss.
+pub const PREVIOUS_HOLDER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether a read asks only for what this node holds (see [`READ_HEADER`]).
+pub fn is_held_read(metadata: &MetadataMap) -> bool {
+    metadata
+        .get(READ_HEADER)
+        .is_some_and(|value| value.as_bytes() == b"held")
+}
+
 /// What kind of copy a DoPut marked with [`WRITE_HEADER`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteKind {
@@ -70,6 +86,9 @@ pub enum WriteKind {
     Replica,
     /// An entry handed over by `rebalance`.
     Migration,
+    /// A put whose owner could not be reached, stored on the key's next candidate; the
+    /// next rebalance after the owner is back hands it to the owner.
+    Fallback,
 }
 
 impl WriteKind {
@@ -77,6 +96,7 @@ impl WriteKind {
         match self {
             Self::Replica => "replica",
             Self::Migration => "migration",
+            Self::Fallback => "fallback",
         }
     }
 }
@@ -86,6 +106,7 @@ pub fn write_kind(metadata: &MetadataMap) -> Option<WriteKind> {
     match metadata.get(WRITE_HEADER)?.to_str().ok()? {
         "replica" => Some(WriteKind::Replica),
         "migration" => Some(WriteKind::Migration),
+        "fallback" => Some(WriteKind::Fallback),
         _ => None,
     }
 }
@@ -303,6 +324,8 @@ pub struct Sender {
     pub member: String,
     /// The ring version it routed by.
     pub ring_version: u64,
+    /// Whether the call asks a previous holder for what it holds ([`READ_HEADER`]).
+    pub held_read: bool,
 }
 
 impl Sender {
@@ -311,6 +334,23 @@ impl Sender {
         Self {
             member: routing.self_id().unwrap_or("-").to_owned(),
             ring_version: routing.version(),
+            held_read: false,
+        }
+    }
+
+    /// This sender, asking a previous holder for what it holds.
+    #[must_use]
+    pub fn asking_previous_holder(mut self) -> Self {
+        self.held_read = true;
+        self
+    }
+
+    /// How long the peer may take to answer.
+    pub fn deadline(&self) -> Duration {
+        if self.held_read {
+            PREVIOUS_HOLDER_TIMEOUT
+        } else {
+            CALL_TIMEOUT
         }
     }
 }
@@ -328,21 +368,28 @@ fn outgoing<T>(peers: &Peers, message: T, incoming: &MetadataMap, sender: &Sende
         RING_VERSION_HEADER,
         MetadataValue::from(sender.ring_version),
     );
+    if sender.held_read {
+        metadata.insert(READ_HEADER, MetadataValue::from_static("held"));
+    } else if let Some(coalesce) = incoming.get(super::lease::COALESCE_HEADER) {
+        // The owner coalesces the miss, so it must see the caller's request to.
+        metadata.insert(super::lease::COALESCE_HEADER, coalesce.clone());
+    }
     request
 }
 
-/// Awaits `call` for at most [`CALL_TIMEOUT`].
+/// Awaits `call` for at most `deadline`.
 async fn with_deadline<T>(
     peers: &Peers,
     peer: &Peer,
+    deadline: Duration,
     call: impl Future<Output = Result<T, Status>>,
 ) -> Result<T> {
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+    match tokio::time::timeout(deadline, call).await {
         Ok(result) => result.map_err(owner_error(peers, peer)),
         Err(_) => Err(peers.failed(
             PeerError::Timeout,
             peer,
-            &format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
+            &format!("no answer within {deadline:?}"),
         )),
     }
 }
@@ -396,6 +443,7 @@ pub async fn do_get(
     let response = with_deadline(
         peers,
         peer,
+        sender.deadline(),
         client.do_get(outgoing(peers, ticket, incoming, sender)),
     )
     .await?;
@@ -406,11 +454,47 @@ pub async fn do_get(
     Ok(stream.boxed())
 }
 
+/// Longest a failed DoPut waits for its untouched upload to come back.
+const HAND_BACK_WAIT: Duration = Duration::from_secs(1);
+
+/// A DoPut the owner never took: the call failed before the owner read its first
+/// message (it could not be reached), so the upload is whole and can go elsewhere.
+pub struct Undelivered {
+    /// The first message (already read here to find the key).
+    pub first: FlightData,
+    /// The rest of the client's stream, not read yet.
+    pub rest: Streaming<FlightData>,
+    /// Why the owner did not take it.
+    pub error: Error,
+}
+
+/// What became of a relayed DoPut that did not succeed.
+pub enum PutFailure {
+    /// The owner could not be reached before it read anything: the upload is whole.
+    Undelivered(Box<Undelivered>),
+    /// Anything else (the owner's own answer, a broken client stream, a connection lost
+    /// mid-upload): the error stands.
+    Failed(Error),
+}
+
+impl From<Error> for PutFailure {
+    fn from(err: Error) -> Self {
+        Self::Failed(err)
+    }
+}
+
 /// Relays a DoPut to `peer`: `first` (already read to find the key) and then the rest of
 /// the client's stream, message by message. A client stream that fails cancels the
-/// forwarded call, so the owner stores nothing.
+/// forwarded call, so the owner stores nothing. `kind` marks the put as a copy the peer
+/// stores without forwarding it (a fallback write).
+///
+/// The client's stream is read only once the owner has taken the first message (hyper
+/// polls a request body only after the connection is up and the stream open). So when
+/// the owner cannot be reached, nothing of the upload is lost and it comes back as
+/// [`PutFailure::Undelivered`], for the caller to store elsewhere.
 ///
 /// # Errors
+/// [`PutFailure::Undelivered`], or [`PutFailure::Failed`] with
 /// [`Error::OwnerUnreachable`], [`Error::BadPutStream`] when the client stream fails, or
 /// the owner's status.
 pub async fn do_put(
@@ -420,20 +504,54 @@ pub async fn do_put(
     first: FlightData,
     rest: Streaming<FlightData>,
     incoming: &MetadataMap,
-) -> Result<FlightStream<PutResult>> {
+    kind: Option<WriteKind>,
+) -> std::result::Result<FlightStream<PutResult>, PutFailure> {
     let mut client = peers.client(peer, "DoPut")?;
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Status>();
+    let (taken_tx, taken_rx) = tokio::sync::oneshot::channel::<()>();
     // A small bounded channel relays the upload with backpressure. On a client error the
     // reader reports it and keeps the channel open: ending the upload would let the owner
     // commit a partial entry; the select below cancels the call instead.
     let (tx, rx) = tokio::sync::mpsc::channel::<FlightData>(4);
-    tokio::spawn(relay_upload(first, rest, tx, failed_tx));
-    let upload = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let call = client.do_put(outgoing(peers, upload, incoming, sender));
+    let reader = tokio::spawn(relay_upload(rest, tx, failed_tx, taken_rx));
+    let head = first.clone();
+    let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let taken_by_owner = Arc::clone(&taken);
+    let upload = futures::stream::once(async move {
+        taken_by_owner.store(true, std::sync::atomic::Ordering::Release);
+        let _ = taken_tx.send(());
+        head
+    })
+    .chain(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut request = outgoing(peers, upload, incoming, sender);
+    if let Some(kind) = kind {
+        request
+            .metadata_mut()
+            .insert(WRITE_HEADER, MetadataValue::from_static(kind.as_str()));
+    }
+    let call = client.do_put(request);
     let response = tokio::select! {
-        response = call => response.map_err(owner_error(peers, peer))?,
+        response = call => response,
         Ok(status) = failed_rx => {
-            return Err(Error::BadPutStream(format!("the client stream failed: {}", status.message())));
+            return Err(Error::BadPutStream(format!("the client stream failed: {}", status.message())).into());
+        }
+    };
+    let response = match response {
+        Ok(response) => response,
+        Err(status) => {
+            let error = owner_error(peers, peer)(status);
+            let unreachable = matches!(error, Error::OwnerUnreachable { .. });
+            if !unreachable || taken.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(PutFailure::Failed(error));
+            }
+            // The call is over, so its upload stream is dropped: the reader, still waiting
+            // for the first message to be taken, hands the client's stream back.
+            return Err(match tokio::time::timeout(HAND_BACK_WAIT, reader).await {
+                Ok(Ok(Some(rest))) => {
+                    PutFailure::Undelivered(Box::new(Undelivered { first, rest, error }))
+                }
+                _ => PutFailure::Failed(error),
+            });
         }
     };
     let (peers, peer) = (peers.clone(), peer.clone());
@@ -458,6 +576,7 @@ pub async fn get_flight_info(
     let response = with_deadline(
         peers,
         peer,
+        sender.deadline(),
         client.get_flight_info(outgoing(peers, descriptor, incoming, sender)),
     )
     .await?;
@@ -479,6 +598,7 @@ pub async fn get_schema(
     let response = with_deadline(
         peers,
         peer,
+        sender.deadline(),
         client.get_schema(outgoing(peers, descriptor, incoming, sender)),
     )
     .await?;
@@ -497,7 +617,7 @@ pub async fn do_action(
     incoming: &MetadataMap,
 ) -> Result<Bytes> {
     let mut client = peers.client(peer, "DoAction")?;
-    let first = with_deadline(peers, peer, async {
+    let first = with_deadline(peers, peer, sender.deadline(), async {
         let mut results = client
             .do_action(outgoing(peers, action, incoming, sender))
             .await?
@@ -549,7 +669,7 @@ pub async fn send_entry(
     if let Some(ttl) = lifetime.ttl_override {
         metadata.insert(TTL_HEADER, millis(ttl));
     }
-    let reply = with_deadline(peers, peer, async {
+    let reply = with_deadline(peers, peer, sender.deadline(), async {
         let mut results = client.do_put(request).await?.into_inner();
         results.message().await
     })
@@ -570,7 +690,7 @@ pub async fn list_flights(
     incoming: &MetadataMap,
 ) -> Result<Vec<FlightInfo>> {
     let mut client = peers.client(peer, "ListFlights")?;
-    with_deadline(peers, peer, async {
+    with_deadline(peers, peer, sender.deadline(), async {
         let mut infos = client
             .list_flights(outgoing(peers, criteria, incoming, sender))
             .await?
@@ -584,27 +704,29 @@ pub async fn list_flights(
     .await
 }
 
+/// Reads the client's stream into `tx` once the owner has taken the first message
+/// (`taken`). Returns the stream unread when the call ended before that.
 async fn relay_upload(
-    first: FlightData,
     mut rest: Streaming<FlightData>,
     tx: tokio::sync::mpsc::Sender<FlightData>,
     failed: tokio::sync::oneshot::Sender<Status>,
-) {
-    if tx.send(first).await.is_err() {
-        return;
+    taken: tokio::sync::oneshot::Receiver<()>,
+) -> Option<Streaming<FlightData>> {
+    if taken.await.is_err() {
+        return Some(rest);
     }
     loop {
         match rest.message().await {
             Ok(Some(message)) => {
                 if tx.send(message).await.is_err() {
-                    return;
+                    return None;
                 }
             }
-            Ok(None) => return,
+            Ok(None) => return None,
             Err(status) => {
                 let _ = failed.send(status);
                 tx.closed().await;
-                return;
+                return None;
             }
         }
     }

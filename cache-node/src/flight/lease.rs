@@ -9,6 +9,13 @@
 //! ends when its holder's DoPut finishes (stored or refused) or after [`DEFAULT_LEASE`];
 //! after that the next caller is granted a new one, so a holder that died does not block
 //! the key. Leases live on the key's owner (the action is forwarded like `invalidate`).
+//!
+//! Plain reads coalesce too: a DoGet that carries [`COALESCE_HEADER`] and misses on the
+//! key's owner takes the lease itself (answered NOT_FOUND with
+//! `flightcache-lease: granted`: the caller computes and puts the value, as any
+//! cache-aside client does on a miss), and DoGets of the key with the header that come
+//! while the lease is held wait for that put and are answered with the entry. A client
+//! opts in with the header because it promises to fill what it misses.
 //! In memory only; async waiting with tokio, no other I/O.
 
 use std::collections::HashMap;
@@ -22,6 +29,20 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::store::Store;
+
+/// Request header by which a DoGet asks to coalesce its miss with concurrent ones
+/// (value `1` or `true`). Not under the internal `x-flightcache-` prefix: any client
+/// may send it; it is forwarded to the key's owner with the call.
+pub const COALESCE_HEADER: &str = "flightcache-coalesce";
+/// Response header on the NOT_FOUND of a coalescing DoGet that took the fill lease.
+pub const LEASE_HEADER: &str = "flightcache-lease";
+
+/// Whether a request asked to coalesce its miss ([`COALESCE_HEADER`]).
+pub fn coalescing(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get(COALESCE_HEADER)
+        .is_some_and(|value| matches!(value.as_bytes(), b"1" | b"true"))
+}
 
 /// How long a lease holder has to DoPut the entry.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);

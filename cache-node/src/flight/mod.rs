@@ -105,6 +105,62 @@ impl FlightCacheService {
         forward::Sender::of(&self.routing)
     }
 
+    /// A DoGet miss on the key's owner from a caller that asked to coalesce
+    /// ([`lease::COALESCE_HEADER`]): the first such miss takes the key's fill lease and
+    /// is answered NOT_FOUND saying so (it computes and puts the value, as on any miss);
+    /// the ones that come while the lease is held wait for that put and are answered
+    /// with the entry. A holder that never puts costs the waiters the lease's wait, then
+    /// a miss.
+    async fn coalesce_miss(&self, key: &CacheKey) -> Result<FlightStream<FlightData>, Error> {
+        let store_key = key.to_store_bytes();
+        let miss = || Error::UnknownKey {
+            key: key.to_string(),
+        };
+        match self.leases.acquire(&store_key, &self.store).await {
+            lease::LeaseOutcome::Hit | lease::LeaseOutcome::Filled => {
+                let entry = self.store.get(&store_key).ok_or_else(miss)?;
+                self.metrics.coalesced_reads.inc();
+                Ok(encode_entry(&entry))
+            }
+            lease::LeaseOutcome::Granted { lease_ms } => Err(Error::MissWithLease {
+                key: key.to_string(),
+                lease_ms,
+            }),
+            lease::LeaseOutcome::Timeout => Err(miss()),
+        }
+    }
+
+    /// Stores a put here: `first` and the rest of `input`, with the lifetime a copy
+    /// carries (`copy`), then — for a client's own put — sends it to the key's other
+    /// copies. Stored or refused, the put ends any fill lease on the key.
+    async fn store_put(
+        &self,
+        key: CacheKey,
+        first: FlightData,
+        input: Streaming<FlightData>,
+        metadata: &MetadataMap,
+        copy: Option<forward::WriteKind>,
+    ) -> Result<FlightStream<PutResult>, Error> {
+        let store_key = key.to_store_bytes();
+        let lifetime = forward::carried_lifetime(metadata, copy);
+        let ingested = put::ingest(&self.store, key.clone(), first, input, lifetime).await;
+        self.leases.release(&store_key);
+        let summary = ingested?;
+        match copy {
+            None => self.replicate(&key, metadata).await,
+            Some(forward::WriteKind::Migration) if !summary.kept_existing => {
+                self.metrics.migrated_in_entries.inc();
+                self.metrics.migrated_in_bytes.inc_by(summary.bytes);
+            }
+            Some(_) => {}
+        }
+        let metadata = serde_json::to_vec(&summary).unwrap_or_default();
+        let reply = PutResult {
+            app_metadata: Bytes::from(metadata),
+        };
+        Ok(futures::stream::iter([Ok(reply)]).boxed())
+    }
+
     /// Runs `invalidate-prefix` / `clear` on every other member too and adds up their
     /// `removed` counts. Not done for a request that was itself forwarded.
     async fn fan_out(&self, action: &Action, metadata: &MetadataMap) -> Result<u64, Error> {
@@ -338,17 +394,16 @@ impl FlightService for FlightCacheService {
         let timer = self.metrics.rpc("GetFlightInfo");
         let result = async {
             let key = CacheKey::from_descriptor(request.get_ref())?;
-            let sender = self.sender();
             let mut info = self
                 .read_copies(
                     &key,
                     request.metadata(),
                     || self.flight_info(&key, &*self.lookup_for_info(&key)?),
-                    |peer| {
+                    |peer, sender| {
                         let descriptor = request.get_ref().clone();
-                        let (peers, sender, metadata) = (&self.peers, &sender, request.metadata());
+                        let (peers, metadata) = (&self.peers, request.metadata());
                         async move {
-                            forward::get_flight_info(peers, &peer, sender, descriptor, metadata)
+                            forward::get_flight_info(peers, &peer, &sender, descriptor, metadata)
                                 .await
                         }
                     },
@@ -387,7 +442,6 @@ impl FlightService for FlightCacheService {
         let timer = self.metrics.rpc("GetSchema");
         let result = async {
             let key = CacheKey::from_descriptor(request.get_ref())?;
-            let sender = self.sender();
             self.read_copies(
                 &key,
                 request.metadata(),
@@ -397,11 +451,11 @@ impl FlightService for FlightCacheService {
                     let schema = SchemaAsIpc::new(entry.schema(), &options);
                     SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))
                 },
-                |peer| {
+                |peer, sender| {
                     let descriptor = request.get_ref().clone();
-                    let (peers, sender, metadata) = (&self.peers, &sender, request.metadata());
+                    let (peers, metadata) = (&self.peers, request.metadata());
                     async move {
-                        forward::get_schema(peers, &peer, sender, descriptor, metadata).await
+                        forward::get_schema(peers, &peer, &sender, descriptor, metadata).await
                     }
                 },
             )
@@ -422,32 +476,40 @@ impl FlightService for FlightCacheService {
         let relayed = std::sync::atomic::AtomicBool::new(false);
         let result = async {
             let key = CacheTicket::try_decode(&ticket.ticket)?.key;
-            let sender = self.sender();
-            self.read_copies(
-                &key,
-                &metadata,
-                || {
-                    let entry =
-                        self.store
-                            .get(&key.to_store_bytes())
-                            .ok_or_else(|| Error::UnknownKey {
+            let read = self
+                .read_copies(
+                    &key,
+                    &metadata,
+                    || {
+                        let entry = self.store.get(&key.to_store_bytes()).ok_or_else(|| {
+                            Error::UnknownKey {
                                 key: key.to_string(),
-                            })?;
-                    Ok(encode_entry(&entry))
-                },
-                |peer| {
-                    let ticket = ticket.clone();
-                    let (peers, sender, metadata) = (&self.peers, &sender, &metadata);
-                    let relayed = &relayed;
-                    async move {
-                        let stream =
-                            forward::do_get(peers, &peer, sender, ticket, metadata).await?;
-                        relayed.store(true, std::sync::atomic::Ordering::Relaxed);
-                        Ok(stream)
-                    }
-                },
-            )
-            .await
+                            }
+                        })?;
+                        Ok(encode_entry(&entry))
+                    },
+                    |peer, sender| {
+                        let ticket = ticket.clone();
+                        let (peers, metadata) = (&self.peers, &metadata);
+                        let relayed = &relayed;
+                        async move {
+                            let stream =
+                                forward::do_get(peers, &peer, &sender, ticket, metadata).await?;
+                            relayed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            Ok(stream)
+                        }
+                    },
+                )
+                .await;
+            match read {
+                Err(Error::UnknownKey { .. })
+                    if lease::coalescing(&metadata)
+                        && matches!(self.route(&key, &metadata), Ok(Route::Local)) =>
+                {
+                    self.coalesce_miss(&key).await
+                }
+                other => other,
+            }
         }
         .await;
         if relayed.load(std::sync::atomic::Ordering::Relaxed) {
@@ -475,31 +537,20 @@ impl FlightService for FlightCacheService {
                 None => self.route(&key, &metadata)?,
             };
             match route {
-                Route::Local => {
-                    let store_key = key.to_store_bytes();
-                    let lifetime = forward::carried_lifetime(&metadata, copy);
-                    let ingested =
-                        put::ingest(&self.store, key.clone(), first, input, lifetime).await;
-                    // Stored or refused, the put ends any fill lease on the key.
-                    self.leases.release(&store_key);
-                    let summary = ingested?;
-                    match copy {
-                        None => self.replicate(&key, &metadata).await,
-                        Some(forward::WriteKind::Migration) if !summary.kept_existing => {
-                            self.metrics.migrated_in_entries.inc();
-                            self.metrics.migrated_in_bytes.inc_by(summary.bytes);
-                        }
-                        Some(_) => {}
-                    }
-                    let metadata = serde_json::to_vec(&summary).unwrap_or_default();
-                    let reply = PutResult {
-                        app_metadata: Bytes::from(metadata),
-                    };
-                    Ok(futures::stream::iter([Ok(reply)]).boxed())
-                }
+                Route::Local => self.store_put(key, first, input, &metadata, copy).await,
                 Route::Forward(peer) => {
-                    forward::do_put(&self.peers, &peer, &self.sender(), first, input, &metadata)
-                        .await
+                    let sender = self.sender();
+                    let relayed =
+                        forward::do_put(&self.peers, &peer, &sender, first, input, &metadata, None)
+                            .await;
+                    match relayed {
+                        Ok(answer) => Ok(answer),
+                        Err(forward::PutFailure::Failed(err)) => Err(err),
+                        Err(forward::PutFailure::Undelivered(undelivered)) => {
+                            self.put_on_next_candidate(key, &peer, *undelivered, &metadata)
+                                .await
+                        }
+                    }
                 }
             }
         }

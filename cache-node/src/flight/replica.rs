@@ -86,11 +86,17 @@ impl FlightCacheService {
     }
 
     /// Runs a read on the key's copies in order (the owner first): `local` here, `remote`
-    /// on a peer. A miss or an unreachable copy moves on to the next one. When every copy
-    /// fails, the read is a miss: a copy that missed says so, and copies that could not
-    /// be reached (a node down, restarting, not yet resolvable) are answered as a miss
-    /// too, [`Error::CopiesUnreachable`] — for a cache a missing node costs misses, never
-    /// errors; the client computes the result as for any miss.
+    /// on a peer (called with the sender to present). A miss or an unreachable copy moves
+    /// on to the next one. When every copy missed, and the ring changed less than the
+    /// move window ago, the key's previous holders are asked for what they hold
+    /// (copy-then-switch: a key on the move stays readable until it has arrived). When
+    /// every copy fails, the read is a miss: a copy that missed says so, and copies that
+    /// could not be reached (a node down, restarting, not yet resolvable) are answered as
+    /// a miss too, [`Error::CopiesUnreachable`] — for a cache a missing node costs
+    /// misses, never errors; the client computes the result as for any miss.
+    ///
+    /// A read that is itself a previous-holder read ([`forward::READ_HEADER`]) is
+    /// answered from this node's store alone.
     ///
     /// # Errors
     /// The first copy's error that is neither a miss nor unreachable, else NOT_FOUND.
@@ -99,21 +105,24 @@ impl FlightCacheService {
         key: &CacheKey,
         metadata: &MetadataMap,
         local: impl Fn() -> Result<T>,
-        remote: impl Fn(Peer) -> Fut,
+        remote: impl Fn(Peer, forward::Sender) -> Fut,
     ) -> Result<T>
     where
         Fut: Future<Output = Result<T>>,
     {
+        if forward::is_held_read(metadata) {
+            return local();
+        }
         let forwarded = forward::forwarded_by(metadata);
-        let choices = self
-            .routing
-            .choices(&key.to_store_bytes(), forwarded.as_ref())?;
+        let store_key = key.to_store_bytes();
+        let choices = self.routing.choices(&store_key, forwarded.as_ref())?;
         let mut first_error = None;
         let mut miss = None;
+        let tried = choices.clone();
         for choice in choices {
             let result = match choice {
                 Route::Local => local(),
-                Route::Forward(peer) => remote(peer).await,
+                Route::Forward(peer) => remote(peer, self.sender()).await,
             };
             match result {
                 Ok(value) => return Ok(value),
@@ -124,6 +133,29 @@ impl FlightCacheService {
                     first_error.get_or_insert(err);
                 }
                 Err(err) => return Err(err),
+            }
+        }
+        // No copy answered and one could not be reached: a write made meanwhile went to
+        // the key's next candidate (see `put_on_next_candidate`).
+        if first_error.is_some()
+            && let Some(next) = self.routing.next_candidate(&store_key)
+            && !tried.contains(&next)
+        {
+            let result = match &next {
+                Route::Local => local(),
+                Route::Forward(peer) => {
+                    remote(peer.clone(), self.sender().asking_previous_holder()).await
+                }
+            };
+            if let Ok(value) = result {
+                return Ok(value);
+            }
+        }
+        for peer in self.routing.previous_holders(&store_key) {
+            // Whatever a previous holder answers but a hit leaves the read a miss.
+            if let Ok(value) = remote(peer, self.sender().asking_previous_holder()).await {
+                self.metrics.previous_holder_hits.inc();
+                return Ok(value);
             }
         }
         Err(match (miss, first_error) {
@@ -139,6 +171,48 @@ impl FlightCacheService {
                 version: self.routing.version(),
             }),
         })
+    }
+
+    /// Stores a put whose owner `owner` could not be reached on the key's next candidate
+    /// (its second ring choice: here, or a peer that stores it as a fallback copy without
+    /// forwarding it). A cache that loses a write costs a miss later, but a write refused
+    /// with UNAVAILABLE is an error now; the entry comes back to the owner with the next
+    /// rebalance after the owner returns, and reads look on the next candidate while the
+    /// owner cannot be reached.
+    ///
+    /// # Errors
+    /// The owner's unreachability when there is no other candidate (or it cannot be
+    /// reached either), or the candidate's refusal.
+    pub(super) async fn put_on_next_candidate(
+        &self,
+        key: CacheKey,
+        owner: &Peer,
+        undelivered: forward::Undelivered,
+        metadata: &MetadataMap,
+    ) -> Result<super::FlightStream<arrow_flight::PutResult>> {
+        let forward::Undelivered { first, rest, error } = undelivered;
+        let kind = Some(WriteKind::Fallback);
+        match self.routing.next_candidate(&key.to_store_bytes()) {
+            Some(Route::Local) => {
+                self.metrics.fallback_writes.inc();
+                tracing::debug!(owner = %owner.id, %key, "owner unreachable: the put is stored here");
+                self.store_put(key, first, rest, metadata, kind).await
+            }
+            Some(Route::Forward(next)) if next != *owner => {
+                let sender = self.sender();
+                let relayed =
+                    forward::do_put(&self.peers, &next, &sender, first, rest, metadata, kind).await;
+                match relayed {
+                    Ok(answer) => {
+                        self.metrics.fallback_writes.inc();
+                        Ok(answer)
+                    }
+                    Err(forward::PutFailure::Failed(err)) => Err(err),
+                    Err(forward::PutFailure::Undelivered(_)) => Err(error),
+                }
+            }
+            _ => Err(error),
+        }
     }
 
     /// Removes `key` from every copy. Returns whether any copy held it.

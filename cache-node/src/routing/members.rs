@@ -233,6 +233,30 @@ pub fn choices(
         .collect()
 }
 
+/// The members that held `key` (store bytes) under `previous` but do not under `current`
+/// and are still members of `current` (any state: a draining member still holds its
+/// keys until it has handed them over), except `self_id`, with their current address,
+/// in `previous`'s order. A member that left the ring is not asked: its keys were
+/// handed over while it drained, and it may be gone. Pure.
+pub fn previous_holders(
+    previous: &Membership,
+    current: &Membership,
+    self_id: Option<&str>,
+    key: &[u8],
+) -> Vec<Peer> {
+    let now_held = current.owners(key);
+    previous
+        .owners(key)
+        .into_iter()
+        .filter(|id| Some(id.as_str()) != self_id && !now_held.contains(id))
+        .filter_map(|id| current.peer(id))
+        .collect()
+}
+
+/// How long after a ring change a miss asks the key's previous holders: the operator's
+/// rebalance deadline (120 s), by which every previous holder has handed its keys over.
+pub const MOVE_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What installing a topology did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Installed {
@@ -253,6 +277,9 @@ pub enum Installed {
 pub struct RoutingTable {
     self_id: Option<MemberId>,
     current: RwLock<Option<Arc<Membership>>>,
+    /// The ring the current one replaced, and when: asked on a miss during the move.
+    previous: RwLock<Option<(Arc<Membership>, std::time::Instant)>>,
+    move_window: std::time::Duration,
 }
 
 impl RoutingTable {
@@ -265,7 +292,32 @@ impl RoutingTable {
         Ok(Self {
             self_id,
             current: RwLock::new(current),
+            previous: RwLock::new(None),
+            move_window: MOVE_WINDOW,
         })
+    }
+
+    /// This table, asking previous holders for `window` after a ring change.
+    #[must_use]
+    pub fn with_move_window(mut self, window: std::time::Duration) -> Self {
+        self.move_window = window;
+        self
+    }
+
+    /// The members that held `key` (store bytes) before the last ring change and may
+    /// still hold it, while that change is less than the move window old; see
+    /// [`previous_holders`]. Empty outside a move.
+    pub fn previous_holders(&self, key: &[u8]) -> Vec<Peer> {
+        let Some((previous, since)) = self.previous.read().clone() else {
+            return Vec::new();
+        };
+        if since.elapsed() >= self.move_window {
+            return Vec::new();
+        }
+        let Some(current) = self.current() else {
+            return Vec::new();
+        };
+        previous_holders(&previous, &current, self.self_id(), key)
     }
 
     /// This node's member id, if it has one.
@@ -302,6 +354,19 @@ impl RoutingTable {
     pub fn choices(&self, key: &[u8], forwarded: Option<&ForwardedBy>) -> Result<Vec<Route>> {
         let current = self.current();
         choices(current.as_deref(), self.self_id(), key, forwarded)
+    }
+
+    /// The key's (store bytes) second choice among the active members: where a write
+    /// goes while the owner cannot be reached, and where a read looks when no copy could
+    /// be reached. `None` without a topology or with one active member.
+    pub fn next_candidate(&self, key: &[u8]) -> Option<Route> {
+        let current = self.current()?;
+        let id = current.ring.owners(key, 2).get(1).copied()?;
+        if Some(id.as_str()) == self.self_id() {
+            Some(Route::Local)
+        } else {
+            current.peer(id).map(Route::Forward)
+        }
     }
 
     /// This node's own address in the topology (for GetFlightInfo locations).
@@ -354,7 +419,9 @@ impl RoutingTable {
             self_state = ?owns,
             "installed ring topology"
         );
-        *current = Some(Arc::new(next));
+        if let Some(replaced) = current.replace(Arc::new(next)) {
+            *self.previous.write() = Some((replaced, std::time::Instant::now()));
+        }
         Ok(Installed::Applied { version })
     }
 }
@@ -530,5 +597,113 @@ mod tests {
         );
         assert_eq!(table.version(), 5);
         assert_eq!(table.self_address().as_deref(), Some("127.0.0.1:50051"));
+    }
+
+    fn four(version: u64) -> Topology {
+        use node_config::MemberState::Active;
+        topology(
+            version,
+            &[
+                ("n-0", Active),
+                ("n-1", Active),
+                ("n-2", Active),
+                ("n-3", Active),
+            ],
+        )
+    }
+
+    /// A key whose owner is `before` in `previous` and `after` in `current`.
+    fn key_moved(
+        previous: &Membership,
+        current: &Membership,
+        before: &str,
+        after: &str,
+    ) -> Vec<u8> {
+        (0..)
+            .map(|i| format!("Pm{i}").into_bytes())
+            .find(|key| {
+                previous.ring().owner(key).map(String::as_str) == Some(before)
+                    && current.ring().owner(key).map(String::as_str) == Some(after)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn after_a_scale_out_a_new_owner_asks_the_keys_previous_holder() {
+        let (before, after) = (
+            Membership::new(three(1)).unwrap(),
+            Membership::new(four(2)).unwrap(),
+        );
+        let moved = key_moved(&before, &after, "n-1", "n-3");
+        let holders = previous_holders(&before, &after, Some("n-3"), &moved);
+        assert_eq!(
+            holders,
+            vec![Peer {
+                id: "n-1".into(),
+                address: "127.0.0.1:50052".into()
+            }]
+        );
+        // A key that did not move has no previous holder to ask.
+        let stayed = key_moved(&before, &after, "n-1", "n-1");
+        assert!(previous_holders(&before, &after, Some("n-3"), &stayed).is_empty());
+        // Nor does the previous holder itself.
+        assert!(previous_holders(&before, &after, Some("n-1"), &moved).is_empty());
+    }
+
+    #[test]
+    fn a_draining_member_is_asked_and_one_that_left_the_ring_is_not() {
+        use node_config::MemberState::{Active, Draining};
+        let (before, draining) = (
+            Membership::new(four(1)).unwrap(),
+            Membership::new(topology(
+                2,
+                &[
+                    ("n-0", Active),
+                    ("n-1", Active),
+                    ("n-2", Active),
+                    ("n-3", Draining),
+                ],
+            ))
+            .unwrap(),
+        );
+        let target = draining
+            .ring()
+            .owner(&key_owned_by(&before, "n-3"))
+            .cloned();
+        let moved = key_owned_by(&before, "n-3");
+        let new_owner = target.unwrap();
+        let holders = previous_holders(&before, &draining, Some(&new_owner), &moved);
+        assert_eq!(
+            holders.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+            ["n-3"]
+        );
+        // Once n-3 has left the ring it is no longer asked.
+        let left = Membership::new(three(3)).unwrap();
+        assert!(previous_holders(&before, &left, Some(&new_owner), &moved).is_empty());
+    }
+
+    #[test]
+    fn previous_holders_are_asked_only_within_the_move_window() {
+        let table = RoutingTable::new(Some("n-3".into()), Some(three(1))).unwrap();
+        let (before, after) = (
+            Membership::new(three(1)).unwrap(),
+            Membership::new(four(2)).unwrap(),
+        );
+        let moved = key_moved(&before, &after, "n-1", "n-3");
+        assert!(
+            table.previous_holders(&moved).is_empty(),
+            "no ring change yet"
+        );
+        table.install(&four(2)).unwrap();
+        assert_eq!(table.previous_holders(&moved).len(), 1);
+
+        let closed = RoutingTable::new(Some("n-3".into()), Some(three(1)))
+            .unwrap()
+            .with_move_window(std::time::Duration::ZERO);
+        closed.install(&four(2)).unwrap();
+        assert!(
+            closed.previous_holders(&moved).is_empty(),
+            "the window has passed"
+        );
     }
 }

@@ -425,6 +425,12 @@ fn add_forwarding_headers(
         headers.insert(forward::FORWARDED_HEADER, member);
     }
     headers.insert(forward::RING_VERSION_HEADER, sender.ring_version.into());
+    // The owner coalesces the miss, so it must see the caller's request to.
+    if let Some(coalesce) = incoming.get(crate::flight::lease::COALESCE_HEADER)
+        && let Ok(value) = coalesce.to_str().unwrap_or_default().parse()
+    {
+        headers.insert(crate::flight::lease::COALESCE_HEADER, value);
+    }
 }
 
 /// Reads a request body of at most [`MAX_REQUEST_BYTES`]; `None` if it is larger or

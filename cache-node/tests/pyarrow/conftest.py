@@ -61,6 +61,15 @@ class Node:
         return self.proc.wait(timeout=30)
 
 
+def put(client, key, data):
+    """DoPut of a whole table under the path key `key` ("a/b" -> path ["a", "b"])."""
+    writer, reader = client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), data.schema)
+    writer.write_table(data)
+    writer.done_writing()
+    reader.read()
+    writer.close()
+
+
 @pytest.fixture(scope="module")
 def node():
     n = Node()

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from conftest import Node, free_port
+from conftest import Node, free_port, put
 
 
 def table(rows: int, seed: int) -> pa.Table:
@@ -15,14 +15,6 @@ def table(rows: int, seed: int) -> pa.Table:
         "amount": pa.array([i * 0.5 for i in range(rows)], pa.float64()),
         "region": pa.array([f"r{i % 11}" for i in range(rows)], pa.utf8()),
     })
-
-
-def put(client, key, data):
-    writer, reader = client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), data.schema)
-    writer.write_table(data)
-    writer.done_writing()
-    reader.read()
-    writer.close()
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +117,23 @@ def test_a_stopped_owners_keys_are_misses_naming_it_and_other_keys_are_served(cl
         via0.do_get(flight.Ticket(b"FCT\x01P" + lost.encode())).read_all()
     kept = keys_by_owner[cluster[2].location][0]
     assert via0.do_get(flight.Ticket(b"FCT\x01P" + kept.encode())).read_all().num_rows == 10
+
+
+def test_a_put_whose_owner_is_down_is_stored_on_the_next_candidate_and_read_back(cluster):
+    via0 = flight.connect(cluster[0].location)
+    if cluster[1].proc.poll() is None:
+        cluster[1].stop()
+    # About a third of 200 keys are owned by the stopped node: every put succeeds (those
+    # go to the key's next candidate) and reads back byte-identical through two nodes.
+    written = 0
+    for i in range(200):
+        key = f"fallback/{i}"
+        data = table(20, i)
+        put(via0, key, data)  # never UNAVAILABLE: the owner's keys go to the next candidate
+        got = via0.do_get(flight.Ticket(b"FCT\x01P" + key.encode())).read_all()
+        assert got.equals(data), key
+        via2 = flight.connect(cluster[2].location)
+        assert via2.do_get(flight.Ticket(b"FCT\x01P" + key.encode())).read_all().equals(data), key
+        via2.close()
+        written += 1
+    assert written == 200
