@@ -97,6 +97,11 @@ pub struct Cli {
     /// How long in-flight streams may finish after SIGTERM [default: 20s].
     #[arg(long, env = "FLIGHTCACHE_SHUTDOWN_GRACE", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
+    /// Longest a ring member stopping on SIGTERM spends copying its entries to the nodes
+    /// that hold its keys while it is away, before it stops serving; 0s: no handoff
+    /// [default: 5s].
+    #[arg(long, env = "FLIGHTCACHE_EXIT_HANDOFF_BUDGET", value_parser = parse_duration)]
+    pub exit_handoff_budget: Option<Duration>,
     /// This node's stable member id in the ring (in a pod: the pod name).
     #[arg(long, env = "FLIGHTCACHE_MEMBER_ID")]
     pub member_id: Option<String>,
@@ -234,6 +239,8 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Grace period for in-flight streams at shutdown.
     pub shutdown_grace: Duration,
+    /// Longest the exit handoff at SIGTERM may take (zero: none).
+    pub exit_handoff_budget: Duration,
     /// This node's member id in the ring, if it is a member.
     pub member_id: Option<String>,
     /// The ring to start with; none means this node owns every key.
@@ -399,6 +406,7 @@ impl Config {
             tls_ca_file,
             tls_client_auth,
             shutdown_grace,
+            exit_handoff_budget,
             member_id,
             topology,
             log_format,
@@ -542,6 +550,8 @@ impl Config {
             shutdown_grace: shutdown_grace
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
+            exit_handoff_budget: exit_handoff_budget
+                .unwrap_or(crate::flight::exit::EXIT_HANDOFF_BUDGET),
             member_id,
             topology,
             log_format,

@@ -84,6 +84,9 @@ pub struct RunningNode {
     pub store: Arc<Store>,
     /// The disk tier, with `--data-dir`.
     pub disk: Option<DiskTier>,
+    /// The Flight service, for the exit handoff.
+    service: FlightCacheService,
+    exit_handoff_budget: Duration,
     stop: watch::Sender<bool>,
     flight: JoinHandle<Result<(), ServerError>>,
     background: Vec<JoinHandle<()>>,
@@ -95,6 +98,13 @@ impl RunningNode {
     /// # Errors
     /// [`ServerError::Serve`] if the server failed while running.
     pub async fn shutdown(self) -> Result<(), ServerError> {
+        // While still serving: the entries go to where their keys are read while this
+        // node is away (see `flight::exit`).
+        if !self.exit_handoff_budget.is_zero() {
+            self.service
+                .hand_off_at_exit(self.exit_handoff_budget)
+                .await;
+        }
         let _ = self.stop.send(true);
         let result = match self.flight.await {
             Ok(result) => result,
@@ -168,6 +178,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         credentials,
         tls,
         shutdown_grace,
+        exit_handoff_budget,
         member_id,
         topology,
         log_format: _,
@@ -259,6 +270,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         Arc::clone(&routing),
         peers,
     );
+    let exit_service = service.clone();
 
     let (flight_listener, flight_addr) = bind(listen).await?;
     let (metrics_listener, metrics_addr) = bind(metrics_listen).await?;
@@ -445,6 +457,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         metrics_addr,
         store,
         disk,
+        service: exit_service,
+        exit_handoff_budget,
         stop,
         flight,
         background,

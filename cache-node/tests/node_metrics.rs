@@ -23,7 +23,15 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
     let mut cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);
     let remote = keys_owned_by(&ring, "n-2", "remote", 1).remove(0);
-    let missing = keys_owned_by(&ring, "n-2", "absent", 1).remove(0);
+    // A key of n-2 whose next choice is n-1: the owner, just started, asks there on a
+    // miss (never node 0, whose counts are checked).
+    let missing = (0..)
+        .map(|i| format!("absent/{i}"))
+        .find(|key| {
+            let owners = ring.owners(format!("P{key}").as_bytes(), 2);
+            owners[0] == "n-2" && owners[1] == "n-1"
+        })
+        .unwrap();
     let local = keys_owned_by(&ring, "n-0", "local", 1).remove(0);
     let mut via0 = cluster.client(0).await;
     for key in [&remote, &local] {
@@ -77,7 +85,8 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
     );
     let rss = value(&text, "flightcache_node_process_resident_memory_bytes").unwrap();
     assert!(rss > 1_000_000.0, "{rss}");
-    // The owner's own DoGets were local hits and misses, not forwarded.
+    // The owner's own DoGets were local hits and misses, not forwarded hits; its only
+    // call out was the miss's question to the key's next choice (it just started).
     let owner = scrape(cluster.node(2).metrics_addr).await;
     assert_eq!(
         value(
@@ -86,12 +95,19 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
         ),
         Some(1.0)
     );
-    assert!(!owner.contains("flightcache_node_forwarded_total{"));
+    assert!(!owner.contains(r#"outcome="forwarded_hit""#));
+    assert_eq!(
+        value(
+            &owner,
+            r#"flightcache_node_forwarded_total{peer="n-1",grpc_method="DoGet"}"#
+        ),
+        Some(1.0)
+    );
 
-    // The owner goes away: the next forwarded DoGet is a miss that names it, counted as
-    // a miss and as an unreachable miss, never as an error.
+    // The owner goes away: the next forwarded DoGet of a key no node holds is a miss that
+    // names it, counted as a miss and as an unreachable miss, never as an error.
     cluster.stop(2).await;
-    let err = get(&mut via0, path_ticket(&remote)).await.unwrap_err();
+    let err = get(&mut via0, path_ticket(&missing)).await.unwrap_err();
     assert_eq!(status(err).code(), Code::NotFound);
     let text = scrape(cluster.node(0).metrics_addr).await;
     for (series, expected) in [

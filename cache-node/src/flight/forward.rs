@@ -45,6 +45,10 @@ use crate::store::{Entry, Lifetime};
 pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
 /// Header carrying the ring version the forwarding member routed by.
 pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
+/// How long calls skip a peer that a call could not reach (a connect or transport
+/// failure): they fail over at once — a read to the next copy or candidate, a write to
+/// the next candidate — instead of each waiting for a connect attempt.
+pub const PEER_DOWN_FOR: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a peer may take to answer a forwarded call (DoGet: to start answering).
@@ -134,6 +138,10 @@ pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Life
 #[derive(Debug, Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Addresses a call could not reach, and until when calls skip them (fast failure
+    /// detection: a dead peer costs one connect attempt per [`PEER_DOWN_FOR`], not one per
+    /// call).
+    down: Arc<Mutex<HashMap<String, std::time::Instant>>>,
     metrics: Option<Arc<Metrics>>,
     /// The `authorization` this node presents to its peers (`Bearer <peer token>`);
     /// none: the caller's own is passed on.
@@ -169,6 +177,7 @@ impl Peers {
     pub fn with_metrics(metrics: Arc<Metrics>) -> Self {
         Self {
             channels: Arc::default(),
+            down: Arc::default(),
             metrics: Some(metrics),
             authorization: None,
             tls: Arc::default(),
@@ -234,10 +243,35 @@ impl Peers {
         }
     }
 
-    /// Counts a failed call to `peer`.
+    /// Counts a failed call to `peer`; one that could not reach it marks the peer down
+    /// for [`PEER_DOWN_FOR`].
     pub fn count_error(&self, reason: PeerError, peer: &Peer) {
         if let Some(metrics) = &self.metrics {
             metrics.peer_error(&peer.id, reason);
+        }
+        // Not for a timeout: a slow peer is alive, and a previous holder asked with a short
+        // deadline is not down for the calls that are its own.
+        if reason == PeerError::Unreachable {
+            self.down.lock().insert(
+                peer.address.clone(),
+                std::time::Instant::now() + PEER_DOWN_FOR,
+            );
+        }
+    }
+
+    /// Refuses a call to a peer marked down (see [`PEER_DOWN_FOR`]), without counting it.
+    fn skip_if_down(&self, peer: &Peer) -> Result<()> {
+        let mut down = self.down.lock();
+        match down.get(&peer.address) {
+            Some(until) if *until > std::time::Instant::now() => Err(unreachable(
+                peer,
+                "a call just before could not reach it (not tried again for up to 1 s)",
+            )),
+            Some(_) => {
+                down.remove(&peer.address);
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 
@@ -248,8 +282,9 @@ impl Peers {
     }
 
     fn client(&self, peer: &Peer, method: &'static str) -> Result<FlightServiceClient<Channel>> {
+        let channel = self.channel(peer)?;
         self.count_call(peer, method);
-        Ok(FlightServiceClient::new(self.channel(peer)?)
+        Ok(FlightServiceClient::new(channel)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX))
     }
@@ -259,6 +294,7 @@ impl Peers {
     /// # Errors
     /// [`Error::OwnerUnreachable`] for an address that is not a valid URI authority.
     pub fn channel(&self, peer: &Peer) -> Result<Channel> {
+        self.skip_if_down(peer)?;
         let channel = {
             let mut channels = self.channels.lock();
             match channels.get(&peer.address) {
@@ -324,8 +360,10 @@ pub struct Sender {
     pub member: String,
     /// The ring version it routed by.
     pub ring_version: u64,
-    /// Whether the call asks a previous holder for what it holds ([`READ_HEADER`]).
+    /// Whether the call asks for what the peer holds ([`READ_HEADER`]).
     pub held_read: bool,
+    /// How long the peer may take to answer (DoGet: to start answering).
+    pub deadline: Duration,
 }
 
 impl Sender {
@@ -335,23 +373,31 @@ impl Sender {
             member: routing.self_id().unwrap_or("-").to_owned(),
             ring_version: routing.version(),
             held_read: false,
+            deadline: CALL_TIMEOUT,
         }
     }
 
-    /// This sender, asking a previous holder for what it holds.
+    /// This sender, asking for what the peer holds ([`READ_HEADER`]): the peer answers
+    /// from its store alone, without asking the key's other copies or previous holders.
     #[must_use]
-    pub fn asking_previous_holder(mut self) -> Self {
+    pub fn asking_what_is_held(mut self) -> Self {
         self.held_read = true;
         self
     }
 
+    /// This sender, asking a previous holder for what it holds, within
+    /// [`PREVIOUS_HOLDER_TIMEOUT`].
+    #[must_use]
+    pub fn asking_previous_holder(self) -> Self {
+        Self {
+            deadline: PREVIOUS_HOLDER_TIMEOUT,
+            ..self.asking_what_is_held()
+        }
+    }
+
     /// How long the peer may take to answer.
     pub fn deadline(&self) -> Duration {
-        if self.held_read {
-            PREVIOUS_HOLDER_TIMEOUT
-        } else {
-            CALL_TIMEOUT
-        }
+        self.deadline
     }
 }
 
@@ -506,7 +552,17 @@ pub async fn do_put(
     incoming: &MetadataMap,
     kind: Option<WriteKind>,
 ) -> std::result::Result<FlightStream<PutResult>, PutFailure> {
-    let mut client = peers.client(peer, "DoPut")?;
+    let mut client = match peers.client(peer, "DoPut") {
+        Ok(client) => client,
+        // Nothing was sent: the upload is whole.
+        Err(error) => {
+            return Err(PutFailure::Undelivered(Box::new(Undelivered {
+                first,
+                rest,
+                error,
+            })));
+        }
+    };
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Status>();
     let (taken_tx, taken_rx) = tokio::sync::oneshot::channel::<()>();
     // A small bounded channel relays the upload with backpressure. On a client error the

@@ -12,6 +12,7 @@
 //! `scripts/check-layers`) nor check credentials (`crate::auth` does, in front).
 
 pub mod actions;
+pub mod exit;
 pub mod forward;
 pub mod lease;
 mod list;
@@ -476,15 +477,23 @@ impl FlightService for FlightCacheService {
         let relayed = std::sync::atomic::AtomicBool::new(false);
         let result = async {
             let key = CacheTicket::try_decode(&ticket.ticket)?.key;
+            // A read for what this node holds (a peer's previous-holder read) neither
+            // counts as a hit or miss here nor touches recency: the peer's client sees one
+            // read, counted where it asked.
+            let held = forward::is_held_read(&metadata);
             let read = self
                 .read_copies(
                     &key,
                     &metadata,
                     || {
-                        let entry = self.store.get(&key.to_store_bytes()).ok_or_else(|| {
-                            Error::UnknownKey {
-                                key: key.to_string(),
-                            }
+                        let store_key = key.to_store_bytes();
+                        let entry = if held {
+                            self.store.peek(&store_key)
+                        } else {
+                            self.store.get(&store_key)
+                        };
+                        let entry = entry.ok_or_else(|| Error::UnknownKey {
+                            key: key.to_string(),
                         })?;
                         Ok(encode_entry(&entry))
                     },

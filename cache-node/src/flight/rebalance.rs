@@ -173,11 +173,19 @@ impl FlightCacheService {
             return (false, false);
         }
         let sender = self.sender();
+        // What the peer itself holds: not a read that would find the key elsewhere (its
+        // previous holder during a ring change may be this very node).
+        let probe_sender = self.sender().asking_what_is_held();
         let (mut copied, mut failed) = (false, false);
         for peer in &peers {
-            let probe =
-                forward::get_flight_info(&self.peers, peer, &sender, key.to_descriptor(), metadata)
-                    .await;
+            let probe = forward::get_flight_info(
+                &self.peers,
+                peer,
+                &probe_sender,
+                key.to_descriptor(),
+                metadata,
+            )
+            .await;
             match probe {
                 Ok(_) => continue,
                 Err(Error::Forwarded(status)) if status.code() == tonic::Code::NotFound => {}

@@ -253,6 +253,20 @@ pub fn previous_holders(
         .collect()
 }
 
+/// Where a key that `self_id` holds a copy of lives while that node is away: its
+/// first ring choice after its copies (the next candidate that the node's exit handoff
+/// and fallback writes use). `None` when `self_id` holds no copy. Pure.
+pub fn holder_while_away(current: &Membership, self_id: Option<&str>, key: &[u8]) -> Option<Peer> {
+    let copies = current.replicas();
+    let ranked = current.ring.owners(key, copies + 1);
+    let holds_copy = ranked
+        .iter()
+        .take(copies)
+        .any(|id| Some(id.as_str()) == self_id);
+    let next = ranked.get(copies).filter(|_| holds_copy)?;
+    current.peer(next)
+}
+
 /// How long after a ring change a miss asks the key's previous holders: the operator's
 /// rebalance deadline (120 s), by which every previous holder has handed its keys over.
 pub const MOVE_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
@@ -280,6 +294,10 @@ pub struct RoutingTable {
     /// The ring the current one replaced, and when: asked on a miss during the move.
     previous: RwLock<Option<(Arc<Membership>, std::time::Instant)>>,
     move_window: std::time::Duration,
+    /// When this node started: within the move window of it, a miss also asks the key's
+    /// next holder after its copies, where this node's entries went while it was away
+    /// (its exit handoff, fallback writes).
+    started: std::time::Instant,
 }
 
 impl RoutingTable {
@@ -294,6 +312,7 @@ impl RoutingTable {
             current: RwLock::new(current),
             previous: RwLock::new(None),
             move_window: MOVE_WINDOW,
+            started: std::time::Instant::now(),
         })
     }
 
@@ -307,17 +326,41 @@ impl RoutingTable {
     /// The members that held `key` (store bytes) before the last ring change and may
     /// still hold it, while that change is less than the move window old; see
     /// [`previous_holders`]. Empty outside a move.
+    ///
+    /// Within the move window of this node's start, when it holds a copy of the key, the
+    /// key's next choice after its copies is asked too: where the key went while this
+    /// node was away (its exit handoff, writes made while it could not be reached).
     pub fn previous_holders(&self, key: &[u8]) -> Vec<Peer> {
-        let Some((previous, since)) = self.previous.read().clone() else {
-            return Vec::new();
-        };
-        if since.elapsed() >= self.move_window {
-            return Vec::new();
-        }
         let Some(current) = self.current() else {
             return Vec::new();
         };
-        previous_holders(&previous, &current, self.self_id(), key)
+        let mut holders = match self.previous.read().clone() {
+            Some((previous, since)) if since.elapsed() < self.move_window => {
+                previous_holders(&previous, &current, self.self_id(), key)
+            }
+            _ => Vec::new(),
+        };
+        if self.started.elapsed() < self.move_window
+            && let Some(away) = holder_while_away(&current, self.self_id(), key)
+            && !holders.contains(&away)
+        {
+            holders.push(away);
+        }
+        holders
+    }
+
+    /// The membership routing now with this node draining: where the keys it holds go
+    /// once it has left. `None` without a ring or membership, or when no other member
+    /// is active.
+    pub fn without_self(&self) -> Option<Membership> {
+        let current = self.current()?;
+        let id = self.self_id()?;
+        let mut topology = current.topology().clone();
+        let member = topology.members.iter_mut().find(|member| member.id == id)?;
+        member.state = node_config::MemberState::Draining;
+        let leaving = Membership::new(topology).ok()?;
+        // Some key has an owner only while another member is active.
+        (!leaving.ring.owners(b"", 1).is_empty()).then_some(leaving)
     }
 
     /// This node's member id, if it has one.
@@ -695,7 +738,7 @@ mod tests {
             "no ring change yet"
         );
         table.install(&four(2)).unwrap();
-        assert_eq!(table.previous_holders(&moved).len(), 1);
+        assert_eq!(table.previous_holders(&moved)[0].id, "n-1");
 
         let closed = RoutingTable::new(Some("n-3".into()), Some(three(1)))
             .unwrap()
@@ -704,6 +747,50 @@ mod tests {
         assert!(
             closed.previous_holders(&moved).is_empty(),
             "the window has passed"
+        );
+    }
+
+    #[test]
+    fn a_node_that_just_started_asks_where_its_keys_went_while_it_was_away() {
+        let membership = Membership::new(three(1)).unwrap();
+        let mine = key_owned_by(&membership, "n-0");
+        let theirs = key_owned_by(&membership, "n-2");
+        let next = membership.ring().owners(&mine, 2)[1].clone();
+        let away = holder_while_away(&membership, Some("n-0"), &mine).unwrap();
+        assert_eq!(away.id, next);
+        assert!(holder_while_away(&membership, Some("n-0"), &theirs).is_none());
+
+        let fresh = RoutingTable::new(Some("n-0".into()), Some(three(1))).unwrap();
+        assert_eq!(fresh.previous_holders(&mine), vec![away]);
+        assert!(fresh.previous_holders(&theirs).is_empty());
+        let long_running = RoutingTable::new(Some("n-0".into()), Some(three(1)))
+            .unwrap()
+            .with_move_window(std::time::Duration::ZERO);
+        assert!(long_running.previous_holders(&mine).is_empty());
+    }
+
+    #[test]
+    fn leaving_sends_a_nodes_keys_to_their_next_choice() {
+        let table = RoutingTable::new(Some("n-0".into()), Some(three(1))).unwrap();
+        let current = table.current().unwrap();
+        let mine = key_owned_by(&current, "n-0");
+        let leaving = table.without_self().unwrap();
+        assert_eq!(
+            leaving.owners(&mine),
+            vec![current.ring().owners(&mine, 2)[1]]
+        );
+        // Alone in its ring, a node has nowhere to go.
+        let alone = RoutingTable::new(
+            Some("n-0".into()),
+            Some(topology(1, &[("n-0", node_config::MemberState::Active)])),
+        )
+        .unwrap();
+        assert!(alone.without_self().is_none());
+        assert!(
+            RoutingTable::new(None, Some(three(1)))
+                .unwrap()
+                .without_self()
+                .is_none()
         );
     }
 }

@@ -15,7 +15,8 @@
 //!
 //! Everything else goes to the generated server unchanged, and so does a DoGet this
 //! relay does not take: a miss here, a forwarded request this node does not hold, one
-//! that carries an unusual body, an owner that cannot be reached (the normal
+//! that carries an unusual body, a peer's read of what this node holds
+//! (`x-flightcache-read: held`), an owner that cannot be reached (the normal
 //! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
 //! Does network I/O. Must not import the Flight service itself (`flight/mod.rs`).
@@ -140,6 +141,10 @@ impl RelayNode {
         message: &Bytes,
     ) -> Option<http::Response<Body>> {
         let metadata = MetadataMap::from_headers(parts.headers.clone());
+        // A peer's read of what this node holds: the normal path answers it uncounted.
+        if forward::is_held_read(&metadata) {
+            return None;
+        }
         let ticket = ticket_bytes(message)?;
         let key = CacheTicket::try_decode(&ticket).ok()?.key;
         let forwarded = forward::forwarded_by(&metadata);

@@ -100,21 +100,23 @@ def test_proxy_location_mode_sends_no_location_and_the_node_asked_serves_the_tic
         configure(b'{"locationMode": "direct"}')
 
 
-def test_a_stopped_owners_keys_are_misses_naming_it_and_other_keys_are_served(cluster):
+def test_a_stopped_owners_keys_are_served_from_its_handoff_and_the_rest_are_misses_naming_it(cluster):
     via0 = flight.connect(cluster[0].location)
     keys_by_owner = {}
     for i in range(60):
         key = f"dash/{i}"
-        info_owner = None
         put(via0, key, table(10, i))
         info = via0.get_flight_info(flight.FlightDescriptor.for_path(*key.split("/")))
-        info_owner = info.endpoints[0].locations[0].uri.decode()
-        keys_by_owner.setdefault(info_owner, []).append(key)
+        keys_by_owner.setdefault(info.endpoints[0].locations[0].uri.decode(), []).append(key)
+    handed, removed = keys_by_owner[cluster[1].location][:2]
+    assert json.loads(b"".join(r.body.to_pybytes() for r in via0.do_action(flight.Action("invalidate", removed.encode())))) == {"removed": True}
+    # SIGTERM: local-1 copies what it holds to each key's next candidate before it stops.
     cluster[1].stop()
-    lost = keys_by_owner[cluster[1].location][0]
-    # Its keys are misses for the client (it computes them), naming the owner.
+    got = via0.do_get(flight.Ticket(b"FCT\x01P" + handed.encode())).read_all()
+    assert got.equals(table(10, int(handed.split("/")[1])))
+    # A key it did not hold is a miss for the client (it computes it), naming the owner.
     with pytest.raises(pa.ArrowKeyError, match=r"owner local-1 \(127\.0\.0\.1:\d+\) is unreachable.*answered as a miss"):
-        via0.do_get(flight.Ticket(b"FCT\x01P" + lost.encode())).read_all()
+        via0.do_get(flight.Ticket(b"FCT\x01P" + removed.encode())).read_all()
     kept = keys_by_owner[cluster[2].location][0]
     assert via0.do_get(flight.Ticket(b"FCT\x01P" + kept.encode())).read_all().num_rows == 10
 

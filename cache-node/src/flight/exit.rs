@@ -1,0 +1,129 @@
+//! The exit handoff: a node stopping on a SIGTERM the operator did not plan (a deleted
+//! pod, an eviction, a node drain) copies the entries it holds to where their keys go
+//! while it is away, before it stops serving.
+//!
+//! The operator's planned restarts drain a node first (`rebalance` moves its entries and
+//! removes them here), so at their SIGTERM little is left. An unplanned one finds the
+//! node active with its hot set: without a handoff its keys would be misses until it is
+//! back and re-warmed. Each entry, hottest first, goes to the key's holders under the
+//! ring with this node draining (its next ring choice), as a DoPut marked
+//! `x-flightcache-write: migration` (kept only where the key is absent, so a newer
+//! write is never overwritten). Entries are copied, not moved: with `persistence` the
+//! node's own files stay for its restart. While the node is away its peers read its keys
+//! from there (`read_copies` asks the next candidate when no copy can be reached), and
+//! once it is back it asks there on a miss for the move window (`previous_holders`).
+//!
+//! Bounded: at most [`EXIT_HANDOFF_BUDGET`] in all (inside the pod's termination grace,
+//! before the serving grace and the disk flush), [`super::rebalance::CONCURRENCY`]
+//! entries at once; what is not sent by then is counted and logged, never waited for.
+//! Does network I/O.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tonic::metadata::MetadataMap;
+
+use super::FlightCacheService;
+use super::forward::{self, WriteKind};
+use super::rebalance::CONCURRENCY;
+use crate::key::CacheKey;
+use crate::store::HandoffEntry;
+
+/// Longest the exit handoff may take.
+pub const EXIT_HANDOFF_BUDGET: Duration = Duration::from_secs(5);
+
+/// What the exit handoff did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitHandoff {
+    /// Entries copied to their next holders.
+    pub sent: u64,
+    /// Entries whose copy failed (a holder unreachable or refusing).
+    pub failed: u64,
+    /// Entries not sent before the budget ran out.
+    pub unsent: u64,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+impl FlightCacheService {
+    /// Copies every entry this node holds, hottest first, to its key's holders once this
+    /// node has left the ring, within `budget`. Nothing to do for a node that is not a
+    /// ring member or is the ring's only active member.
+    pub async fn hand_off_at_exit(&self, budget: Duration) -> ExitHandoff {
+        let started = Instant::now();
+        let Some(leaving) = self.routing.without_self() else {
+            return ExitHandoff::default();
+        };
+        let entries = self.store.handoff_list();
+        let total = entries.len() as u64;
+        let mut report = ExitHandoff::default();
+        let metadata = MetadataMap::new();
+        let sends = futures::stream::iter(entries)
+            .map(|entry| self.copy_to_next_holders(entry, &leaving, &metadata))
+            .buffer_unordered(CONCURRENCY);
+        tokio::pin!(sends);
+        let deadline = tokio::time::sleep(budget);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                sent = sends.next() => match sent {
+                    Some(true) => report.sent += 1,
+                    Some(false) => report.failed += 1,
+                    None => break,
+                },
+                () = &mut deadline => break,
+            }
+        }
+        report.unsent = total - report.sent - report.failed;
+        report.elapsed = started.elapsed();
+        tracing::info!(
+            sent = report.sent,
+            failed = report.failed,
+            unsent = report.unsent,
+            elapsed_ms = report.elapsed.as_millis(),
+            "exit handoff: entries copied to the nodes that hold their keys while this one is away"
+        );
+        report
+    }
+
+    /// Sends one entry to its key's holders under `leaving`. Returns whether every one
+    /// has it (an expired entry counts as done: nothing to keep).
+    async fn copy_to_next_holders(
+        &self,
+        handoff: HandoffEntry,
+        leaving: &crate::routing::members::Membership,
+        metadata: &MetadataMap,
+    ) -> bool {
+        let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
+            return false;
+        };
+        let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+        if lifetime.remaining.is_some_and(|left| left.is_zero()) {
+            return true;
+        }
+        let sender = self.sender();
+        let mut all = true;
+        for id in leaving.owners(&handoff.key) {
+            let Some(peer) = leaving.peer(id) else {
+                all = false;
+                continue;
+            };
+            let sent = forward::send_entry(
+                &self.peers,
+                &peer,
+                &sender,
+                &key,
+                &handoff.entry,
+                WriteKind::Migration,
+                &lifetime,
+                metadata,
+            )
+            .await;
+            if let Err(err) = sent {
+                tracing::debug!(%key, holder = %peer.id, error = %err, "exit handoff of an entry failed");
+                all = false;
+            }
+        }
+        all
+    }
+}

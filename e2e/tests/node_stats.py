@@ -1,0 +1,48 @@
+"""What each node of a pool actually runs and holds, read from the node itself: the
+`stats` admin action on every pod through its headless-Service name, from the client
+network namespace. Usage:
+
+    node_stats.py NAMESPACE POOL_PREFIX NODES ADMIN_TOKEN [FIELD=VALUE ...]
+
+Prints one line per node: `name entries=N usedBytes=N ttl=… eviction=… maxEntries=N
+budgetBytes=N ringVersion=N`. Each FIELD=VALUE (a `stats` field in camelCase) must hold
+on every node, else the run fails naming the node and the value it reports — so a live
+change is checked where it matters, not only in the operator's status.
+"""
+
+import json
+import sys
+
+import pyarrow.flight as flight
+
+SHOWN = ["entries", "usedBytes", "ttl", "ttlMode", "eviction", "maxEntries", "budgetBytes", "ringVersion"]
+
+
+def stats(host: str, token: str) -> dict:
+    client = flight.connect(f"grpc://{host}:50051")
+    try:
+        options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())], timeout=10)
+        results = list(client.do_action(flight.Action("stats", b""), options))
+        return json.loads(results[0].body.to_pybytes())
+    finally:
+        client.close()
+
+
+def main() -> int:
+    namespace, prefix, nodes, token, *expected = sys.argv[1:]
+    wants = dict(item.split("=", 1) for item in expected)
+    wrong = []
+    for i in range(int(nodes)):
+        name = f"{prefix}-{i}"
+        answer = stats(f"{name}.{prefix}-nodes.{namespace}.svc.cluster.local", token)
+        print(name, " ".join(f"{field}={answer.get(field)}" for field in SHOWN))
+        for field, value in wants.items():
+            if str(answer.get(field)) != value:
+                wrong.append(f"{name}: {field} is {answer.get(field)!r}, want {value!r}")
+    for line in wrong:
+        print("WRONG:", line)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
