@@ -139,11 +139,12 @@ pub struct Cli {
     /// ready (a restarted pod's name resolves to its old IP for a few seconds).
     #[arg(long, env = "FLIGHTCACHE_POD_IP")]
     pub pod_ip: Option<IpAddr>,
-    /// How the readiness check resolves `--advertised-host`: `dns` asks the nameservers
-    /// of /etc/resolv.conf directly, as a peer's lookup ends up doing (in a pod the
-    /// kubelet puts the pod's own name in /etc/hosts, so the system resolver answers at
-    /// once while the peers still get no record); `system` uses the system resolver
-    /// (hosts file first); `IP:PORT` asks that nameserver [default: dns].
+    /// How the readiness check resolves `--advertised-host`: `system` uses the system
+    /// resolver (in a pod the kubelet puts the pod's own name in /etc/hosts, so this
+    /// passes as soon as the name is in that file); `dns` asks the nameservers of
+    /// /etc/resolv.conf directly, as a peer's lookup ends up doing (ready only once the
+    /// cluster DNS has the record; see docs/cache-node.md for why it is not the default
+    /// yet); `IP:PORT` asks that nameserver [default: system].
     #[arg(long, env = "FLIGHTCACHE_ADVERTISED_LOOKUP", value_parser = parse_advertised_lookup)]
     pub advertised_lookup: Option<AdvertisedLookup>,
     /// Directory of the disk tier (the pod's persistence volume): every entry held is
@@ -615,7 +616,7 @@ fn pick_advertised(
     Ok(Some(Advertised {
         host,
         ip,
-        lookup: lookup.unwrap_or(AdvertisedLookup::Dns),
+        lookup: lookup.unwrap_or(AdvertisedLookup::System),
     }))
 }
 

@@ -9,9 +9,9 @@
 //! error`. So readiness waits for the name: resolved by the same resolver the peers use,
 //! to this pod's IP.
 //!
-//! The name is asked of the cluster DNS directly ([`dns`]), not through the system
-//! resolver: in a pod the hosts file holds the pod's own name, which would make the
-//! check pass before any peer can resolve it.
+//! `--advertised-lookup` says where the name is asked: the system resolver (default),
+//! or the cluster DNS directly ([`dns`]) — in a pod the hosts file holds the pod's own
+//! name, which makes the system resolver's answer come before any peer can resolve it.
 //!
 //! Owns: the wait. Must not import the Flight service or the store.
 

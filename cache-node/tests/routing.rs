@@ -727,3 +727,40 @@ async fn an_exit_handoff_budget_of_zero_hands_nothing_over() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_owner_that_accepts_but_never_answers_costs_a_miss_not_a_hang() {
+    let mut cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-2", "frozen", 1).remove(0);
+    // n-2 replaced by a listener that accepts connections and never answers: a frozen
+    // process whose kernel still completes the TCP handshake.
+    cluster.stop(2).await;
+    let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    cluster.addresses[2] = frozen.local_addr().unwrap().to_string();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = frozen.accept().await {
+            open.push(socket);
+        }
+    });
+    cluster.publish(2, &[]).await;
+    let started = std::time::Instant::now();
+    let err = common::status(
+        get(&mut cluster.client(0).await, path_ticket(&key))
+            .await
+            .unwrap_err(),
+    );
+    let took = started.elapsed();
+    assert_eq!(err.code(), Code::NotFound, "{err}");
+    // The budget: the keepalive finds the dead connection within two ping periods, then
+    // the read asks the key's next choice (at most its 1 s deadline); 2 s more for a
+    // loaded machine. Without keepalive the call would wait for its 30 s deadline.
+    let budget = cache_node::flight::forward::PEER_KEEPALIVE * 2
+        + cache_node::flight::forward::PREVIOUS_HOLDER_TIMEOUT
+        + Duration::from_secs(2);
+    println!("a read of a frozen owner's key answered NOT_FOUND in {took:?} (budget {budget:?})");
+    assert!(took < budget, "{took:?} (budget {budget:?})");
+    held.abort();
+    cluster.shutdown().await;
+}

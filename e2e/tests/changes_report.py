@@ -3,12 +3,22 @@ pyarrow summaries and the convergence times, and the targets checked on them.
 
     changes_report.py LOAD_JSON PYARROW_JSON CONVERGE_FILE
 
-Exit 1 (with BROKEN lines) when a target is missed.
+Exit 1 (with BROKEN lines) when a target is missed. Every failed call is printed by class.
 
-The target is no failed call in a planned change. CI allows one per 50,000 gets of a
-scenario (none in a shorter one): a run on 2026-11-22 saw 2 of 213,506 gets fail while
-nodes restarted (`INTERNAL: h2 protocol error`, a 5 s client deadline), not yet explained
-(docs/benchmarks.md). Every failed call is printed, so the table shows the truth either way.
+Targets:
+- a planned change (live config, resize, restart with handoff, resharding) fails no call:
+  no allowance;
+- a node stopped without a plan (pod-delete: SIGTERM, exit handoff) or killed (node-kill):
+  only calls in flight on the clients' own connections to that node may fail — each
+  client worker runs one call at a time, so at most one call per worker when the node
+  goes and one more on the dead connection before the client library reconnects:
+  FAULT_FAILED_CALLS = 2 x (8 flightcache-load workers + 1 pyarrow loop). Calls that reach
+  the node through a peer fail over and cost misses, not errors;
+- a hung node (node-frozen, SIGSTOP) is not bounded this way: a client connected to it
+  waits for its 5 s deadline on every call until the process is thawed (its calls are
+  printed); its peers fail over;
+- the hit ratio stays >= 95% of the steady state in a planned change and >= 60% in a fault,
+  for the Rust and the pyarrow client alike.
 """
 
 import json
@@ -16,8 +26,10 @@ import sys
 
 SCENARIOS = ["baseline", "ttl", "eviction", "max-entries", "memory-up", "memory-down",
              "restart", "scale-out", "scale-in", "pod-delete", "node-kill", "node-frozen"]
-# At most one failed call per this many gets of a planned scenario (see the module doc).
-FAILED_CALL_ALLOWANCE = 50_000
+# Failed calls a single stopped or killed node may cost (see the module doc).
+FAULT_FAILED_CALLS = 2 * (8 + 1)
+# Faults whose failed calls are bounded by FAULT_FAILED_CALLS.
+BOUNDED_FAULTS = {"pod-delete", "node-kill"}
 # Not planned by the operator: a pod deleted by hand, a crash, a hung process.
 UNPLANNED = {"pod-delete", "node-kill", "node-frozen"}
 
@@ -51,17 +63,20 @@ def main() -> int:
         floor = 0.60 if name in UNPLANNED else 0.95
         if py_hit < floor * py_steady:
             bad.append(f"{name}: pyarrow hit ratio {py_hit:.4f} is under {floor:.0%} of its steady {py_steady:.4f}")
+        failed = p["errors"] + q["errors"]
         if name in UNPLANNED:
             # At most the node's share (a third of the keys) may miss: a killed node's
             # entries are gone until refilled.
             if hit < 0.60 * steady:
                 bad.append(f"{name}: hit ratio {hit:.4f} fell below 60% of steady state")
+            if name in BOUNDED_FAULTS and failed > FAULT_FAILED_CALLS:
+                bad.append(f"{name}: {failed} failed calls (flightcache-load {p['errors_by_code']}, "
+                           f"pyarrow {q['errors']}), more than the {FAULT_FAILED_CALLS} in flight to the node")
             continue
         if rel < 0.95:
             bad.append(f"{name}: hit ratio {hit:.4f} is under 95% of the steady {steady:.4f}")
-        allowed = p["gets"] // FAILED_CALL_ALLOWANCE
-        if p["errors"] > allowed or q["errors"] > q["gets"] // FAILED_CALL_ALLOWANCE:
-            bad.append(f"{name}: failed calls: flightcache-load {p['errors']} "
+        if failed:
+            bad.append(f"{name}: failed calls in a planned change: flightcache-load {p['errors']} "
                        f"{p['errors_by_code']}, pyarrow {q['errors']}")
     t = rust["totals"]
     print(f"{'total':<12} {'':>10} {t['gets']:>8} {t['hit_ratio'] or 0:>9.4f} {'':>9} "

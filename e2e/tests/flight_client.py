@@ -86,7 +86,8 @@ def main() -> None:
             client, options = connect(host, port, token)
             try:
                 got = client.do_get(ticket(f"{key}/{i}"), options).read_all()
-            except pa.ArrowKeyError:  # gRPC NOT_FOUND: a miss; anything else fails the run
+            except pa.ArrowKeyError as err:  # gRPC NOT_FOUND: a miss; anything else fails the run
+                print(f"miss {key}/{i}: {err}", file=sys.stderr)
                 got = None
             finally:
                 client.close()

@@ -49,6 +49,9 @@ pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
 /// failure): they fail over at once — a read to the next copy or candidate, a write to
 /// the next candidate — instead of each waiting for a connect attempt.
 pub const PEER_DOWN_FOR: Duration = Duration::from_secs(1);
+/// How often a peer connection is pinged, and how long the answer may take before the
+/// connection counts as dead.
+pub const PEER_KEEPALIVE: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a peer may take to answer a forwarded call (DoGet: to start answering).
@@ -282,7 +285,16 @@ impl Peers {
     }
 
     fn client(&self, peer: &Peer, method: &'static str) -> Result<FlightServiceClient<Channel>> {
-        let channel = self.channel(peer)?;
+        self.skip_if_down(peer)?;
+        self.client_even_if_down(peer, method)
+    }
+
+    fn client_even_if_down(
+        &self,
+        peer: &Peer,
+        method: &'static str,
+    ) -> Result<FlightServiceClient<Channel>> {
+        let channel = self.pooled_channel(peer)?;
         self.count_call(peer, method);
         Ok(FlightServiceClient::new(channel)
             .max_decoding_message_size(usize::MAX)
@@ -295,6 +307,10 @@ impl Peers {
     /// [`Error::OwnerUnreachable`] for an address that is not a valid URI authority.
     pub fn channel(&self, peer: &Peer) -> Result<Channel> {
         self.skip_if_down(peer)?;
+        self.pooled_channel(peer)
+    }
+
+    fn pooled_channel(&self, peer: &Peer) -> Result<Channel> {
         let channel = {
             let mut channels = self.channels.lock();
             match channels.get(&peer.address) {
@@ -323,6 +339,12 @@ impl Peers {
                     }
                     let endpoint = endpoint
                         .connect_timeout(CONNECT_TIMEOUT)
+                        // A peer that stops answering (a hung or frozen process: its kernel
+                        // still accepts) is found within PEER_KEEPALIVE x 2 and its calls
+                        // fail over, instead of waiting for their deadlines.
+                        .http2_keep_alive_interval(PEER_KEEPALIVE)
+                        .keep_alive_timeout(PEER_KEEPALIVE)
+                        .keep_alive_while_idle(true)
                         .tcp_nodelay(true)
                         .initial_stream_window_size(4 << 20)
                         .initial_connection_window_size(8 << 20)
@@ -701,7 +723,9 @@ pub async fn send_entry(
     lifetime: &Lifetime,
     incoming: &MetadataMap,
 ) -> Result<Bytes> {
-    let mut client = peers.client(peer, "DoPut")?;
+    // Not skipped while the peer is marked down: a handover or copy is worth its own
+    // connect attempt (a failure keeps the entry here).
+    let mut client = peers.client_even_if_down(peer, "DoPut")?;
     // The stored messages as they are (no encoding); the first names the key.
     let mut messages: Vec<FlightData> = entry
         .wire_messages()

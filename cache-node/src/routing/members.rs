@@ -462,8 +462,16 @@ impl RoutingTable {
             self_state = ?owns,
             "installed ring topology"
         );
-        if let Some(replaced) = current.replace(Arc::new(next)) {
-            *self.previous.write() = Some((replaced, std::time::Instant::now()));
+        let next = Arc::new(next);
+        if let Some(replaced) = current.replace(Arc::clone(&next)) {
+            // A new version that moves no key (same members, states and replicas: only
+            // addresses or the version changed) keeps the ring before it as the previous
+            // one, so keys still on the move stay findable.
+            let moves_keys = replaced.ring.members() != next.ring.members()
+                || replaced.replicas() != next.replicas();
+            if moves_keys {
+                *self.previous.write() = Some((replaced, std::time::Instant::now()));
+            }
         }
         Ok(Installed::Applied { version })
     }
@@ -791,6 +799,27 @@ mod tests {
                 .unwrap()
                 .without_self()
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn a_version_that_moves_no_key_keeps_the_previous_ring() {
+        let table = RoutingTable::new(Some("n-3".into()), Some(three(1))).unwrap();
+        let (before, after) = (
+            Membership::new(three(1)).unwrap(),
+            Membership::new(four(2)).unwrap(),
+        );
+        let moved = key_moved(&before, &after, "n-1", "n-3");
+        table.install(&four(2)).unwrap();
+        // v3: the same members and states, a new address for one of them.
+        let mut readdressed = four(3);
+        readdressed.members[1].address = "127.0.0.1:60000".into();
+        table.install(&readdressed).unwrap();
+        let holders = table.previous_holders(&moved);
+        assert_eq!(holders[0].id, "n-1", "still the holder under v1");
+        assert_eq!(
+            holders[0].address, "127.0.0.1:60000",
+            "at its current address"
         );
     }
 }
