@@ -25,13 +25,7 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
     let remote = keys_owned_by(&ring, "n-2", "remote", 1).remove(0);
     // A key of n-2 whose next choice is n-1: the owner, just started, asks there on a
     // miss (never node 0, whose counts are checked).
-    let missing = (0..)
-        .map(|i| format!("absent/{i}"))
-        .find(|key| {
-            let owners = ring.owners(format!("P{key}").as_bytes(), 2);
-            owners[0] == "n-2" && owners[1] == "n-1"
-        })
-        .unwrap();
+    let missing = key_with_choices(&ring, "absent", "n-2", "n-1");
     let local = keys_owned_by(&ring, "n-0", "local", 1).remove(0);
     let mut via0 = cluster.client(0).await;
     for key in [&remote, &local] {

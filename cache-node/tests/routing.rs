@@ -437,13 +437,7 @@ async fn a_forwarded_get_streams_large_entries_and_is_timed_with_the_owners_stat
     let key = keys_owned_by(&ring, "n-2", "large", 1).remove(0);
     // A key of n-2 whose next choice is n-1: the owner, just started, asks there on a
     // miss, and node 0's own counts are checked below.
-    let missing = (0..)
-        .map(|i| format!("absent/{i}"))
-        .find(|key| {
-            let owners = ring.owners(format!("P{key}").as_bytes(), 2);
-            owners[0] == "n-2" && owners[1] == "n-1"
-        })
-        .unwrap();
+    let missing = key_with_choices(&ring, "absent", "n-2", "n-1");
     // About 6 MB: several FlightData messages, each relayed as the owner framed it.
     let batches = vec![sample_batch(200_000, 3), sample_batch(10, 4)];
     let mut via0 = cluster.client(0).await;

@@ -193,6 +193,14 @@ pub fn keys_owned_by(ring: &Ring, owner: &str, prefix: &str, count: usize) -> Ve
         .collect()
 }
 
+/// A path key `prefix/N` whose first ring choice is `owner` and second `next`.
+pub fn key_with_choices(ring: &Ring, prefix: &str, owner: &str, next: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}/{i}"))
+        .find(|key| ring.owners(format!("P{key}").as_bytes(), 2) == [owner, next])
+        .unwrap()
+}
+
 pub async fn raw_get(node: &RunningNode, key: &str) -> Vec<FlightData> {
     let mut raw = FlightServiceClient::new(channel(node).await);
     raw.do_get(path_ticket(key))
