@@ -38,6 +38,40 @@ use crate::routing::members::Membership;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Whether a call failed before any server processed it, so sending it once more cannot
+/// run it twice: gRPC's transparent retry (gRFC A6), which grpc-core (pyarrow), grpc-java
+/// and grpc-go do inside the library and tonic does not. Three cases, all decided by
+/// HTTP/2 itself:
+/// - the server's GOAWAY names a last stream below this call's (RFC 9113 §6.8: "streams
+///   ... with identifiers higher than the last stream identifier were not processed"),
+///   or the call was started on a connection that had already received a GOAWAY — what
+///   a client sees when the pod behind a Service stops gracefully under load (tonic
+///   reports it as INTERNAL "h2 protocol error: http2 error");
+/// - the server refused the stream (RST_STREAM REFUSED_STREAM, §8.7);
+/// - hyper canceled the call because its connection closed before the call was sent.
+///
+/// Answers, deadlines, resets of processed streams and broken connections are never in
+/// this set.
+pub fn never_reached_the_server(err: &FlightError) -> bool {
+    let FlightError::Tonic(status) = err else {
+        return false;
+    };
+    if status.code() == Code::Cancelled && status.message().contains("operation was canceled") {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> =
+        std::error::Error::source(&**status);
+    while let Some(err) = source {
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && (h2.is_go_away()
+                    || (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)));
+        }
+        source = err.source();
+    }
+    false
+}
+
 /// What a client call can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -287,7 +321,10 @@ impl RingClient {
         Fut: Future<Output = Result<T, FlightError>>,
     {
         let address = self.address_for_key(key);
-        let first = call(self.flight_client(&address)?).await;
+        let mut first = call(self.flight_client(&address)?).await;
+        if matches!(&first, Err(err) if never_reached_the_server(err)) {
+            first = call(self.flight_client(&address)?).await;
+        }
         match first {
             Err(FlightError::Tonic(status)) if status.code() == Code::Unavailable => {
                 tracing::debug!(%address, %status, "routing error; refreshing the ring");
@@ -371,4 +408,101 @@ async fn first_body(
     mut results: futures::stream::BoxStream<'static, Result<Bytes, FlightError>>,
 ) -> Result<Bytes, FlightError> {
     results.next().await.unwrap_or(Ok(Bytes::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// How the one-connection HTTP/2 server below treats the DoGet it is sent.
+    #[derive(Clone, Copy)]
+    enum Server {
+        /// GOAWAY naming no processed stream, before reading any request.
+        GoesAwayFirst,
+        /// RST_STREAM with this reason once it has read the request.
+        Resets(h2::Reason),
+        /// A gRPC answer: trailers-only NOT_FOUND.
+        AnswersNotFound,
+    }
+
+    /// A DoGet from a real Flight client against a raw HTTP/2 server behaving as `server`.
+    async fn do_get_against(server: Server) -> FlightError {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let serve = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut connection = h2::server::handshake(socket).await.unwrap();
+            if let Server::GoesAwayFirst = server {
+                connection.abrupt_shutdown(h2::Reason::NO_ERROR);
+            }
+            while let Some(Ok((_request, mut respond))) = connection.accept().await {
+                match server {
+                    Server::GoesAwayFirst => {}
+                    Server::Resets(reason) => respond.send_reset(reason),
+                    Server::AnswersNotFound => {
+                        let answer = tonic::codegen::http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("grpc-status", "5")
+                            .header("grpc-message", "no entry")
+                            .body(())
+                            .unwrap();
+                        respond.send_response(answer, true).unwrap();
+                    }
+                }
+            }
+        });
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_lazy();
+        let mut client = FlightClient::new(channel);
+        let result = async {
+            client
+                .do_get(Ticket::new("k"))
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        };
+        let err = result.await.expect_err("the server answers no data");
+        drop(client);
+        serve.abort();
+        err
+    }
+
+    #[tokio::test]
+    async fn a_call_above_the_servers_goaway_never_reached_it() {
+        let err = do_get_against(Server::GoesAwayFirst).await;
+        assert!(
+            never_reached_the_server(&err),
+            "not seen as unprocessed: {err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_never_reached_the_server() {
+        let err = do_get_against(Server::Resets(h2::Reason::REFUSED_STREAM)).await;
+        assert!(
+            never_reached_the_server(&err),
+            "not seen as unprocessed: {err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reset_after_the_server_read_the_call_is_not_retried() {
+        let err = do_get_against(Server::Resets(h2::Reason::INTERNAL_ERROR)).await;
+        assert!(
+            !never_reached_the_server(&err),
+            "seen as unprocessed: {err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_servers_answer_is_not_retried() {
+        let err = do_get_against(Server::AnswersNotFound).await;
+        assert!(
+            matches!(&err, FlightError::Tonic(status) if status.code() == Code::NotFound),
+            "{err:?}"
+        );
+        assert!(!never_reached_the_server(&err));
+    }
 }

@@ -9,7 +9,7 @@ use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::{Action, FlightClient, Ticket};
-use cache_node::client::{ClientError, RingClient};
+use cache_node::client::{ClientError, RingClient, never_reached_the_server};
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
 use crds::admin::AdminAction;
 use futures::{StreamExt, TryStreamExt};
@@ -179,10 +179,10 @@ impl Caller {
         let result = match self {
             Self::Direct(client) => {
                 let ticket = Ticket::new(workload.ticket(index));
-                // gRPC's transparent retry, as grpc-core (pyarrow) does it: a call the
-                // connection dropped before the server saw it (the pod behind the
-                // Service is stopping) is sent once more on a fresh connection. Server
-                // answers, deadlines and everything else are never retried.
+                // gRPC's transparent retry, as grpc-core (pyarrow) does it: a call no
+                // server processed (the pod behind the Service is stopping: GOAWAY) is
+                // sent once more on a fresh connection. Server answers, deadlines and
+                // everything else are never retried.
                 let call = async {
                     let mut attempt = 0;
                     loop {
@@ -233,14 +233,23 @@ impl Caller {
         let descriptor = workload.descriptor(index);
         match self {
             Self::Direct(client) => {
-                let stream = FlightDataEncoderBuilder::new()
-                    .with_schema(workload.schema())
-                    .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-                    .with_flight_descriptor(Some(descriptor))
-                    .build(futures::stream::iter([Ok(batch)]));
+                // Transparent retry as for `get`: only a put no server processed.
                 let call = async {
-                    let _results: Vec<_> = client.do_put(stream).await?.try_collect().await?;
-                    Ok::<_, FlightError>(())
+                    let mut attempt = 0;
+                    loop {
+                        attempt += 1;
+                        let stream = FlightDataEncoderBuilder::new()
+                            .with_schema(workload.schema())
+                            .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+                            .with_flight_descriptor(Some(descriptor.clone()))
+                            .build(futures::stream::iter([Ok(batch.clone())]));
+                        let result: Result<Vec<_>, FlightError> =
+                            async { client.do_put(stream).await?.try_collect().await }.await;
+                        match result {
+                            Err(err) if attempt == 1 && never_reached_the_server(&err) => continue,
+                            other => break other.map(|_| ()),
+                        }
+                    }
                 };
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|err| flight_error(&err)),
@@ -254,17 +263,6 @@ impl Caller {
                 }
             }
         }
-    }
-}
-
-/// Whether a call failed in the client's transport before any server answered (hyper
-/// canceled it when its connection closed), so sending it again cannot run it twice.
-fn never_reached_the_server(err: &FlightError) -> bool {
-    match err {
-        FlightError::Tonic(status) => {
-            status.code() == Code::Cancelled && status.message().contains("operation was canceled")
-        }
-        _ => false,
     }
 }
 
