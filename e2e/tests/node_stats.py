@@ -20,7 +20,7 @@ import time
 
 import pyarrow.flight as flight
 
-SHOWN = ["entries", "usedBytes", "ttl", "ttlMode", "eviction", "maxEntries", "budgetBytes", "ringVersion"]
+SHOWN = ["entries", "usedBytes", "ttl", "ttlMode", "eviction", "maxEntries", "budgetBytes", "ringVersion", "replicas"]
 
 
 def stats(host: str, token: str) -> dict:

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::histogram::Histogram;
 
 /// Distinct error messages kept for the summary.
-const MAX_SAMPLES: usize = 10;
+const MAX_SAMPLES: usize = 40;
 /// Longest phase label kept.
 const MAX_PHASE_CHARS: usize = 64;
 /// The phase before any label is read.
@@ -279,7 +279,9 @@ impl Recorder {
         }
         match outcome {
             Outcome::GetError(err) | Outcome::PutError(err) => {
-                let sample = format!("{op} {}: {}", err.code, err.message);
+                // Named by phase, so a failure points at the change that caused it.
+                let label = state.phases.get(phase).map_or("", |stats| stats.label.as_str());
+                let sample = format!("{label}: {op} {}: {}", err.code, err.message);
                 add_sample(&mut state.error_samples, sample);
             }
             Outcome::Corrupt(what) => add_sample(&mut state.corrupt_samples, what.clone()),
@@ -458,7 +460,7 @@ mod tests {
         assert_eq!(report["max_consecutive_error_intervals"], 2);
         assert_eq!(
             report["error_samples"],
-            json!(["get UNAVAILABLE: owner gone"])
+            json!(["restart: get UNAVAILABLE: owner gone"])
         );
         assert_eq!(report["corrupt_samples"], json!(["load/1: bad"]));
         let phases = report["phases"].as_array().unwrap();
