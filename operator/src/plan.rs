@@ -326,6 +326,15 @@ pub fn plan_pool(
             rebalance(&mut steps, node);
         }
     }
+    // A new number of copies per key moves no key's first choice, so nobody enters: every
+    // node sends the copies the new ring asks of it (more copies) or hands off the ones
+    // it no longer holds (fewer).
+    let copies_changed = previous.is_some_and(|p| p.replicas != topology.replicas);
+    if ring_changed && copies_changed && entering.is_empty() {
+        for node in &observed.nodes {
+            rebalance(&mut steps, node);
+        }
+    }
     // Leaving nodes hand their entries off.
     for ordinal in &leaving {
         if let Some(node) = by_ordinal.get(ordinal)
@@ -534,6 +543,50 @@ mod tests {
         assert_eq!(plan.layout.replicas, 3);
         assert_eq!(plan.steps, []);
         assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn a_second_copy_per_key_has_every_node_fill_the_copies_it_owes() {
+        let one_copy = validated(&[("hot", 3)]);
+        let mut two_copies = one_copy.clone();
+        two_copies.pools[0].replicas = 2;
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, true, report(3, 1, 10)))
+                .collect(),
+            previous: Some(settled_ring(&one_copy, 3)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&two_copies, &two_copies.pools[0], &observed);
+        assert_eq!(plan.layout.topology.replicas, 2);
+        assert_eq!(plan.layout.topology.version, 2);
+        let nodes: Vec<(String, String)> = (0..3)
+            .map(|o| (format!("demo-hot-{o}"), format!("10.0.0.{o}")))
+            .collect();
+        let mut expected = vec![Step::PushRing(nodes.clone())];
+        expected.extend(nodes.into_iter().map(|(name, ip)| Step::Rebalance(name, ip)));
+        assert_eq!(plan.steps, expected);
+
+        // Back to one copy: the copies nobody owns any more are handed off the same way.
+        let mut fewer = observed.clone();
+        fewer.previous = Some(plan.layout.topology.clone());
+        fewer.seen_ring_version = 2;
+        for n in &mut fewer.nodes {
+            n.report = report(3, 2, 20);
+        }
+        let back = plan_pool(&one_copy, &one_copy.pools[0], &fewer);
+        assert_eq!(back.layout.topology.replicas, 1);
+        assert_eq!(back.steps.len(), 4, "{:?}", back.steps);
+
+        // Once the nodes run the new ring, nothing more.
+        let mut settled = observed.clone();
+        settled.previous = Some(plan.layout.topology.clone());
+        settled.seen_ring_version = 2;
+        for n in &mut settled.nodes {
+            n.report = report(3, 2, 20);
+        }
+        assert_eq!(plan_pool(&two_copies, &two_copies.pools[0], &settled).steps, []);
     }
 
     #[test]
