@@ -33,8 +33,8 @@ Targets:
 import json
 import sys
 
-PASS = ["ttl", "eviction", "max-entries", "memory-up", "memory-down", "restart", "scale-out",
-        "scale-in", "pod-delete", "node-kill", "node-crash", "node-frozen"]
+PASS = ["ttl", "eviction", "max-entries", "memory-up", "memory-down", "node-crash", "restart",
+        "scale-out", "scale-in", "pod-delete", "node-kill", "node-frozen"]
 SCENARIOS = ["baseline"] + PASS + ["replicas-up"] + [f"{name}/r2" for name in PASS]
 WORKERS = 8 + 1
 CLIENT_DEADLINE_S = 5
