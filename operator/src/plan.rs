@@ -565,7 +565,11 @@ mod tests {
             .map(|o| (format!("demo-hot-{o}"), format!("10.0.0.{o}")))
             .collect();
         let mut expected = vec![Step::PushRing(nodes.clone())];
-        expected.extend(nodes.into_iter().map(|(name, ip)| Step::Rebalance(name, ip)));
+        expected.extend(
+            nodes
+                .into_iter()
+                .map(|(name, ip)| Step::Rebalance(name, ip)),
+        );
         assert_eq!(plan.steps, expected);
 
         // Back to one copy: the copies nobody owns any more are handed off the same way.
@@ -586,7 +590,10 @@ mod tests {
         for n in &mut settled.nodes {
             n.report = report(3, 2, 20);
         }
-        assert_eq!(plan_pool(&two_copies, &two_copies.pools[0], &settled).steps, []);
+        assert_eq!(
+            plan_pool(&two_copies, &two_copies.pools[0], &settled).steps,
+            []
+        );
     }
 
     #[test]

@@ -280,7 +280,10 @@ impl Recorder {
         match outcome {
             Outcome::GetError(err) | Outcome::PutError(err) => {
                 // Named by phase, so a failure points at the change that caused it.
-                let label = state.phases.get(phase).map_or("", |stats| stats.label.as_str());
+                let label = state
+                    .phases
+                    .get(phase)
+                    .map_or("", |stats| stats.label.as_str());
                 let sample = format!("{label}: {op} {}: {}", err.code, err.message);
                 add_sample(&mut state.error_samples, sample);
             }
