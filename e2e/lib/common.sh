@@ -62,7 +62,8 @@ pass() { PASSED=$((PASSED + 1)); say "ok: $*"; }
 fail() {
   printf '[%s] FAILED: %s\n' "$(elapsed)" "$*" >&2
   if declare -F on_failure >/dev/null; then on_failure >&2 || true; fi
-  echo "${SUITE:-e2e}: $PASSED passed, $((FAILED + 1)) failed"
+  # The reason again on the last line: a CI log is often read from its tail, below the context.
+  echo "${SUITE:-e2e}: $PASSED passed, $((FAILED + 1)) failed; fatal: $*"
   exit 1
 }
 # fail_check MESSAGE: a failed check the suite reports and carries on after (see `summary`).

@@ -8,10 +8,12 @@ SYSTEM_NS=${SYSTEM_NS:-flightcache-system}
 NODE_IMAGE=flightcache/node:e2e
 OPERATOR_IMAGE=flightcache/operator:e2e
 
-# build_and_import_images: release builds of both binaries, imported as $NODE_IMAGE and
-# $OPERATOR_IMAGE (no registry; pods use imagePullPolicy Never).
+# build_and_import_images: release builds of the node, the operator and the load generator,
+# the node and the operator imported as $NODE_IMAGE and $OPERATOR_IMAGE (no registry; pods
+# use imagePullPolicy Never). One cargo invocation for all three: building a package alone
+# unifies the dependencies' features differently and compiles them all a second time.
 build_and_import_images() {
-  cargo build --release --quiet -p cache-node --bin flightcache-node -p operator --bin flightcache-operator
+  cargo build --release --quiet -p cache-node --bin flightcache-node --bin flightcache-load -p operator --bin flightcache-operator
   "$E2E/images" import "$NODE_IMAGE" "$CARGO_TARGET_DIR/release/flightcache-node" >/dev/null
   "$E2E/images" import "$OPERATOR_IMAGE" "$CARGO_TARGET_DIR/release/flightcache-operator" >/dev/null
 }

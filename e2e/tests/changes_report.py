@@ -38,9 +38,12 @@ Targets:
 import json
 import sys
 
-PASS = ["ttl", "eviction", "max-entries", "memory-up", "memory-down", "node-crash", "restart",
-        "scale-out", "scale-in", "pod-delete", "node-kill", "node-frozen"]
-SCENARIOS = ["baseline"] + PASS + ["replicas-up"] + [f"{name}/r2" for name in PASS]
+LIVE = ["ttl", "eviction", "max-entries", "memory-up", "memory-down"]
+# Run with one copy of each key, then again with two (NAME/r2).
+DISRUPTIONS = ["node-crash", "restart", "scale-out", "scale-in", "pod-delete", "node-kill",
+               "node-frozen"]
+SCENARIOS = (["baseline"] + LIVE + DISRUPTIONS + ["replicas-up"]
+             + [f"{name}/r2" for name in DISRUPTIONS])
 WORKERS = 8 + 1
 CLIENT_DEADLINE_S = 5
 CRASH_FAILED_CALLS = 2 * WORKERS
