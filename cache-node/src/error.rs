@@ -151,6 +151,16 @@ pub enum Error {
         #[source]
         source: crds::admin::AnswerError,
     },
+    /// A peer answered `held` with another number of flags than keys asked about.
+    #[error("member {peer} answered {flags} flags for {keys} keys to 'held'")]
+    HeldCountMismatch {
+        /// The member.
+        peer: String,
+        /// Flags in its answer.
+        flags: usize,
+        /// Keys asked about.
+        keys: usize,
+    },
     /// Encoding an answer failed (a bug or corrupt state).
     #[error("failed to encode the answer")]
     Encode(#[source] arrow_flight::error::FlightError),
@@ -182,7 +192,9 @@ impl Error {
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::PermissionDenied(_) => Code::PermissionDenied,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,
-            Self::Encode(_) | Self::BadPeerAnswer { .. } => Code::Internal,
+            Self::Encode(_) | Self::BadPeerAnswer { .. } | Self::HeldCountMismatch { .. } => {
+                Code::Internal
+            }
         }
     }
 }

@@ -51,6 +51,14 @@ fn action_body(action: AdminAction, key: &str) -> Vec<u8> {
         AdminAction::InvalidatePrefix => b"matrix-gone/".to_vec(),
         AdminAction::Configure => json!({"ttl": "1h"}).to_string().into_bytes(),
         AdminAction::Rebalance => json!({"dryRun": true}).to_string().into_bytes(),
+        AdminAction::Held => crds::admin::HeldRequest {
+            keys: vec![
+                cache_node::key::CacheKey::Path(key.to_owned())
+                    .to_store_bytes()
+                    .to_vec(),
+            ],
+        }
+        .encode(),
         AdminAction::Ping | AdminAction::Clear | AdminAction::Stats | AdminAction::Topology => {
             Vec::new()
         }
@@ -102,12 +110,13 @@ fn expected(who: &str, call: &str) -> Outcome {
         "DoAction configure",
         "DoAction topology",
         "DoAction rebalance",
+        "DoAction held",
     ]
     .contains(&call);
     match who {
         "no credential" | "a wrong token" => Outcome::Unauthenticated,
         "admin" => Outcome::Through,
-        "peer" if call == "DoAction clear" => Outcome::Through,
+        "peer" if call == "DoAction clear" || call == "DoAction held" => Outcome::Through,
         "client" | "peer" if admin_action => Outcome::PermissionDenied,
         _ => Outcome::Through,
     }

@@ -157,7 +157,8 @@ async fn every_action_does_what_it_says() {
             "configure",
             "topology",
             "lease",
-            "rebalance"
+            "rebalance",
+            "held"
         ]
     );
 

@@ -326,3 +326,57 @@ async fn a_member_published_joining_drops_what_it_held_so_it_never_serves_a_stal
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn held_answers_from_the_store_alone_which_keys_of_a_batch_it_holds() {
+    // The batched copy check of a rebalance: on node 0, whatever the ring says.
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let mine = keys_owned_by(&ring, "n-0", "held", 2);
+    let elsewhere = keys_owned_by(&ring, "n-1", "held", 1).remove(0);
+    let mut via0 = cluster.client(0).await;
+    for key in mine.iter().chain([&elsewhere]) {
+        put(&mut via0, path(key), vec![sample_batch(5, 1)], None)
+            .await
+            .unwrap();
+    }
+    // `elsewhere` was forwarded to n-1: node 0 does not hold it, and does not ask n-1.
+    let store_key = |key: &str| cache_node::key::CacheKey::Path(key.to_owned()).to_store_bytes();
+    let request = crds::admin::HeldRequest {
+        keys: vec![
+            store_key(&mine[0]).to_vec(),
+            store_key(&elsewhere).to_vec(),
+            store_key("held/never-written").to_vec(),
+            store_key(&mine[1]).to_vec(),
+        ],
+    };
+    let answer = action(&mut via0, "held", &request.encode()).await.unwrap();
+    assert_eq!(&answer[..], br#"{"held":[true,false,false,true]}"#);
+
+    // A batch cut short, an empty one and one over the limit: INVALID_ARGUMENT, with why.
+    let body = request.encode();
+    for (bad, why) in [
+        (
+            body[..body.len() - 1].to_vec(),
+            "the body ends inside key 3",
+        ),
+        (Vec::new(), "no key in the body"),
+        (
+            crds::admin::HeldRequest {
+                keys: vec![store_key("k").to_vec(); 1025],
+            }
+            .encode(),
+            "more than 1024 keys",
+        ),
+    ] {
+        let err = status(action(&mut via0, "held", &bad).await.unwrap_err());
+        assert_eq!(
+            err.code(),
+            tonic::Code::InvalidArgument,
+            "{}",
+            err.message()
+        );
+        assert!(err.message().contains(why), "{}", err.message());
+    }
+    cluster.shutdown().await;
+}

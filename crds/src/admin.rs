@@ -16,6 +16,7 @@
 //! | `topology` | empty | [`TopologyAnswer`] |
 //! | `lease` | a path key or a ticket | [`LeaseAnswer`] |
 //! | `rebalance` | empty or a [`RebalanceRequest`] | [`RebalanceAnswer`] |
+//! | `held` | a [`HeldRequest`] (binary: the keys to look up) | [`HeldAnswer`] |
 //!
 //! Answers are JSON with camelCase field names. Pure: no I/O.
 
@@ -52,11 +53,13 @@ pub enum AdminAction {
     Lease,
     /// Hand entries the node no longer owns to their owners.
     Rebalance,
+    /// Which of a batch of keys the node holds (a peer checking where a copy is missing).
+    Held,
 }
 
 impl AdminAction {
     /// Every action, in ListActions order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Ping,
         Self::Invalidate,
         Self::InvalidatePrefix,
@@ -66,6 +69,7 @@ impl AdminAction {
         Self::Topology,
         Self::Lease,
         Self::Rebalance,
+        Self::Held,
     ];
 
     /// The action type string (also its serde form and a metric label value).
@@ -80,17 +84,24 @@ impl AdminAction {
             Self::Topology => "topology",
             Self::Lease => "lease",
             Self::Rebalance => "rebalance",
+            Self::Held => "held",
         }
     }
 
     /// Whether the action needs the cluster's admin credential (the operator's): it
     /// changes or reads the node's configuration and ring, or removes or moves entries
-    /// it did not name. The others (`ping`, `invalidate`, `invalidate-prefix`, `lease`)
-    /// are what a client does with its own keys.
+    /// it did not name, or lists what the node holds (`held`, which the pool's peers
+    /// also run). The others (`ping`, `invalidate`, `invalidate-prefix`, `lease`) are
+    /// what a client does with its own keys.
     pub fn needs_admin(self) -> bool {
         match self {
             Self::Ping | Self::Invalidate | Self::InvalidatePrefix | Self::Lease => false,
-            Self::Clear | Self::Stats | Self::Configure | Self::Topology | Self::Rebalance => true,
+            Self::Clear
+            | Self::Stats
+            | Self::Configure
+            | Self::Topology
+            | Self::Rebalance
+            | Self::Held => true,
         }
     }
 
@@ -120,6 +131,10 @@ impl AdminAction {
                  hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
                  \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
                  \"copied\", \"copyFailed\", \"ringVersion\"}."
+            }
+            Self::Held => {
+                "Which of up to 1024 keys this node holds, from its store alone. Body: each key's \
+                 store bytes after its length (u32, big-endian). Result: {\"held\": [bool, ...]}."
             }
         }
     }
@@ -359,6 +374,91 @@ pub struct RebalanceAnswer {
     pub ring_version: u64,
 }
 
+/// The `held` request: a batch of keys (their store bytes), each after its length as a
+/// big-endian u32. At most [`HeldRequest::MAX_KEYS`] keys, and the whole body within the
+/// node's request limit (1 MiB), so a batch of long keys must be split by
+/// [`HeldRequest::MAX_BODY_BYTES`] too.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeldRequest {
+    /// The keys to look up, in the order of the answer.
+    pub keys: Vec<Vec<u8>>,
+}
+
+/// A `held` body that is not the documented encoding, or too large.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeldBodyError {
+    /// The body ends inside a length or a key.
+    #[error(
+        "the body ends inside key {index}: each key is its length (u32, big-endian) and then its bytes"
+    )]
+    Truncated {
+        /// The key (from 0) the body breaks off in.
+        index: usize,
+    },
+    /// More keys than one call may ask about.
+    #[error("more than {max} keys in one call; split the batch", max = HeldRequest::MAX_KEYS)]
+    TooManyKeys,
+    /// No key at all.
+    #[error("no key in the body; send at least one")]
+    Empty,
+}
+
+impl HeldRequest {
+    /// Most keys one `held` call asks about.
+    pub const MAX_KEYS: usize = 1024;
+    /// The body size a caller starts a new batch at (half the node's 1 MiB request limit,
+    /// leaving room for one more key of any allowed length).
+    pub const MAX_BODY_BYTES: usize = 512 << 10;
+
+    /// The request body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.keys.iter().map(|k| k.len() + 4).sum());
+        for key in &self.keys {
+            // A key is at most 64 KiB (the node refuses longer ones before storing them).
+            body.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_be_bytes());
+            body.extend_from_slice(key);
+        }
+        body
+    }
+
+    /// Reads a request body into the keys it names, borrowed from `body`.
+    ///
+    /// # Errors
+    /// [`HeldBodyError`] for a body that is empty, cut short or names too many keys.
+    pub fn decode(body: &[u8]) -> Result<Vec<&[u8]>, HeldBodyError> {
+        let mut keys = Vec::new();
+        let mut rest = body;
+        while !rest.is_empty() {
+            if keys.len() == Self::MAX_KEYS {
+                return Err(HeldBodyError::TooManyKeys);
+            }
+            let index = keys.len();
+            let (head, tail) = rest
+                .split_first_chunk::<4>()
+                .ok_or(HeldBodyError::Truncated { index })?;
+            let len = usize::try_from(u32::from_be_bytes(*head)).unwrap_or(usize::MAX);
+            if tail.len() < len {
+                return Err(HeldBodyError::Truncated { index });
+            }
+            let (key, next) = tail.split_at(len);
+            keys.push(key);
+            rest = next;
+        }
+        if keys.is_empty() {
+            return Err(HeldBodyError::Empty);
+        }
+        Ok(keys)
+    }
+}
+
+/// The answer to `held`: for each key of the request, in order, whether the node holds a
+/// live entry for it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HeldAnswer {
+    /// One flag per key asked about.
+    pub held: Vec<bool>,
+}
+
 fn one() -> u64 {
     1
 }
@@ -415,7 +515,8 @@ mod tests {
                 "configure",
                 "topology",
                 "lease",
-                "rebalance"
+                "rebalance",
+                "held"
             ]
         );
         for action in AdminAction::ALL {
@@ -563,5 +664,53 @@ mod tests {
         let err = decode::<ConfigureAnswer>(AdminAction::Configure, b"pong").unwrap_err();
         assert!(err.to_string().contains("configure"), "{err}");
         assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn a_held_batch_encodes_and_reads_back_in_order() {
+        let request = HeldRequest {
+            keys: vec![b"p:reports/a".to_vec(), Vec::new(), vec![0, 255, 7]],
+        };
+        let body = request.encode();
+        assert_eq!(&body[..4], &[0, 0, 0, 11], "a big-endian u32 length first");
+        let keys = HeldRequest::decode(&body).expect("reads back");
+        assert_eq!(keys, [&b"p:reports/a"[..], &[], &[0, 255, 7]]);
+        let answer: HeldAnswer = golden(AdminAction::Held, r#"{"held":[true,false,true]}"#);
+        assert_eq!(answer.held, [true, false, true]);
+    }
+
+    #[test]
+    fn a_held_body_cut_short_empty_or_too_large_is_refused_with_its_reason() {
+        let body = HeldRequest {
+            keys: vec![b"a".to_vec(), b"bcd".to_vec()],
+        }
+        .encode();
+        for cut in [body.len() - 1, 8, 7, 6] {
+            let err = HeldRequest::decode(&body[..cut]).unwrap_err();
+            assert_eq!(err, HeldBodyError::Truncated { index: 1 }, "cut at {cut}");
+        }
+        assert_eq!(
+            HeldRequest::decode(&body[..3]).unwrap_err(),
+            HeldBodyError::Truncated { index: 0 }
+        );
+        assert_eq!(HeldRequest::decode(&[]).unwrap_err(), HeldBodyError::Empty);
+        // A length far beyond the body is refused without allocating it.
+        assert_eq!(
+            HeldRequest::decode(&[255, 255, 255, 255, 1]).unwrap_err(),
+            HeldBodyError::Truncated { index: 0 }
+        );
+        let max = HeldRequest {
+            keys: vec![b"k".to_vec(); HeldRequest::MAX_KEYS],
+        };
+        assert_eq!(
+            HeldRequest::decode(&max.encode()).map(|k| k.len()),
+            Ok(HeldRequest::MAX_KEYS)
+        );
+        let over = HeldRequest {
+            keys: vec![b"k".to_vec(); HeldRequest::MAX_KEYS + 1],
+        };
+        let err = HeldRequest::decode(&over.encode()).unwrap_err();
+        assert_eq!(err, HeldBodyError::TooManyKeys);
+        assert!(err.to_string().contains("1024"), "{err}");
     }
 }

@@ -11,6 +11,7 @@
 //! | `topology` | empty | `{"memberId": "p-0", "version": 7, "replicas": 1, "members": [...]}` (version 0 and no members without a topology) |
 //! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `lease.rs`) |
 //! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "copied": 0, "copyFailed": 0, "ringVersion": 8}` (see `rebalance.rs`) |
+//! | `held` | up to 1,024 keys' store bytes, each after its length (u32, big-endian; `crds::admin::HeldRequest`) | `{"held": [true, false]}`: which of them this node's store holds (a peer's batched copy check, see `rebalance.rs`; admin or peer credential) |
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
 //! on every member (the Flight adapter forwards them; see `flight::forward`).
@@ -113,6 +114,15 @@ pub fn run(
             Err(Error::Unimplemented(
                 "the rebalance action outside the Flight service",
             ))
+        }
+        NodeAction::Held => {
+            let keys =
+                admin::HeldRequest::decode(body).map_err(|err| bad_body(&err.to_string()))?;
+            let held = keys
+                .into_iter()
+                .map(|key| store.peek(key).is_some())
+                .collect();
+            Ok(Bytes::from(admin::encode(&admin::HeldAnswer { held })))
         }
         NodeAction::Topology => {
             let current = routing.current();

@@ -1,6 +1,7 @@
 """The cache node as a Python user meets it: plain pyarrow.flight, no FlightCache library."""
 
 import json
+import struct
 import urllib.request
 from datetime import datetime
 
@@ -84,7 +85,7 @@ def test_list_flights_by_prefix(client):
 def test_every_action(client):
     assert {a.type for a in client.list_actions()} == {
         "ping", "invalidate", "invalidate-prefix", "clear", "stats", "configure", "topology", "lease",
-        "rebalance"}
+        "rebalance", "held"}
     assert action(client, "ping") == b"pong"
     # Without a topology a node owns every key: rebalance keeps everything.
     report = json.loads(action(client, "rebalance", b'{"dryRun": true}'))
@@ -92,6 +93,11 @@ def test_every_action(client):
     for key in ["act/1", "act/2", "act/3"]:
         put(client, key, bi_table(5))
     assert json.loads(action(client, "invalidate", b"act/1")) == {"removed": True}
+    # `held`: each key's store bytes (b"P" + a path) after its length, u32 big-endian.
+    batch = b"".join(struct.pack(">I", len(k)) + k for k in [b"Pact/1", b"Pact/2", b"Pact/3"])
+    assert json.loads(action(client, "held", batch)) == {"held": [False, True, True]}
+    with pytest.raises(pa.ArrowInvalid, match="ends inside key 0"):
+        action(client, "held", b"\x00\x00\x00\x09Pact")
     with pytest.raises(pa.ArrowKeyError, match="act/1"):
         client.do_get(flight.Ticket(b"FCT\x01Pact/1")).read_all()
     assert json.loads(action(client, "invalidate-prefix", b"act/")) == {"removed": 2}
