@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::flight::FlightStream;
 use crate::key::CacheKey;
 use crate::metrics::Metrics;
+use crate::routing::health::PeerHealth;
 use crate::routing::members::{ForwardedBy, Peer};
 use crate::store::{Entry, Lifetime};
 
@@ -47,8 +48,9 @@ pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
 pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
 /// How long calls skip a peer that a call could not reach (a connect or transport
 /// failure): they fail over at once — a read to the next copy or candidate, a write to
-/// the next candidate — instead of each waiting for a connect attempt.
-pub const PEER_DOWN_FOR: Duration = Duration::from_secs(1);
+/// the next candidate — instead of each waiting for a connect attempt; then one call
+/// tries it (see [`crate::routing::health`]).
+pub const PEER_DOWN_FOR: Duration = crate::routing::health::DOWN_FOR;
 /// How often a peer connection is pinged, and how long the answer may take before the
 /// connection counts as dead.
 pub const PEER_KEEPALIVE: Duration = Duration::from_secs(1);
@@ -141,10 +143,10 @@ pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Life
 #[derive(Debug, Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
-    /// Addresses a call could not reach, and until when calls skip them (fast failure
-    /// detection: a dead peer costs one connect attempt per [`PEER_DOWN_FOR`], not one per
+    /// Addresses a call could not reach, and whether calls skip them (fast failure
+    /// detection: a dead or frozen peer holds one call per [`PEER_DOWN_FOR`], not every
     /// call).
-    down: Arc<Mutex<HashMap<String, std::time::Instant>>>,
+    health: Arc<Mutex<PeerHealth>>,
     metrics: Option<Arc<Metrics>>,
     /// The `authorization` this node presents to its peers (`Bearer <peer token>`);
     /// none: the caller's own is passed on.
@@ -180,7 +182,7 @@ impl Peers {
     pub fn with_metrics(metrics: Arc<Metrics>) -> Self {
         Self {
             channels: Arc::default(),
-            down: Arc::default(),
+            health: Arc::default(),
             metrics: Some(metrics),
             authorization: None,
             tls: Arc::default(),
@@ -252,30 +254,29 @@ impl Peers {
         if let Some(metrics) = &self.metrics {
             metrics.peer_error(&peer.id, reason);
         }
-        // Not for a timeout: a slow peer is alive, and a previous holder asked with a short
-        // deadline is not down for the calls that are its own.
-        if reason == PeerError::Unreachable {
-            self.down.lock().insert(
-                peer.address.clone(),
-                std::time::Instant::now() + PEER_DOWN_FOR,
-            );
+        // A timeout alone does not: a slow peer is alive, and a previous holder asked with a
+        // short deadline is not down for the calls that are its own.
+        let now = std::time::Instant::now();
+        match reason {
+            PeerError::Unreachable => self.health.lock().unreachable(&peer.address, now),
+            PeerError::Timeout => self.health.lock().timed_out(&peer.address, now),
+            PeerError::Refused | PeerError::Broken => {}
         }
     }
 
-    /// Refuses a call to a peer marked down (see [`PEER_DOWN_FOR`]), without counting it.
+    /// `peer` answered a call (any status it sent itself): calls go to it again.
+    pub fn answered(&self, peer: &Peer) {
+        self.health.lock().answered(&peer.address);
+    }
+
+    /// Refuses a call to a peer calls skip right now (see [`crate::routing::health`]),
+    /// without counting it.
     fn skip_if_down(&self, peer: &Peer) -> Result<()> {
-        let mut down = self.down.lock();
-        match down.get(&peer.address) {
-            Some(until) if *until > std::time::Instant::now() => Err(unreachable(
-                peer,
-                "a call just before could not reach it (not tried again for up to 1 s)",
-            )),
-            Some(_) => {
-                down.remove(&peer.address);
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        let admitted = self
+            .health
+            .lock()
+            .admit(&peer.address, std::time::Instant::now());
+        admitted.map_err(|skip| unreachable(peer, skip.reason()))
     }
 
     /// Counts a failure to reach `peer` and names it in the error.
@@ -453,7 +454,11 @@ async fn with_deadline<T>(
     call: impl Future<Output = Result<T, Status>>,
 ) -> Result<T> {
     match tokio::time::timeout(deadline, call).await {
-        Ok(result) => result.map_err(owner_error(peers, peer)),
+        Ok(Ok(answer)) => {
+            peers.answered(peer);
+            Ok(answer)
+        }
+        Ok(Err(status)) => Err(owner_error(peers, peer)(status)),
         Err(_) => Err(peers.failed(
             PeerError::Timeout,
             peer,
@@ -479,6 +484,8 @@ fn owner_error<'a>(peers: &'a Peers, peer: &'a Peer) -> impl Fn(Status) -> Error
             tracing::debug!(owner = %peer.id, address = %peer.address, %status, "owner unreachable");
             peers.failed(PeerError::Unreachable, peer, status.message())
         } else {
+            // The owner answered itself: it is reachable.
+            peers.answered(peer);
             if status.code() == tonic::Code::Unavailable {
                 peers.count_error(PeerError::Refused, peer);
             }
@@ -615,7 +622,10 @@ pub async fn do_put(
         }
     };
     let response = match response {
-        Ok(response) => response,
+        Ok(response) => {
+            peers.answered(peer);
+            response
+        }
         Err(status) => {
             let error = owner_error(peers, peer)(status);
             let unreachable = matches!(error, Error::OwnerUnreachable { .. });

@@ -177,7 +177,10 @@ impl RelayNode {
             channel.call(outgoing).await
         };
         let response = match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Ok(Ok(response)) => response,
+            Ok(Ok(response)) => {
+                self.peers.answered(peer);
+                response
+            }
             // Unreachable or too slow: the normal path names the owner or asks the second
             // copy. The timer is dropped unrecorded (the normal path records the call).
             Ok(Err(_)) => {

@@ -1,0 +1,204 @@
+//! Which peers calls skip: a circuit breaker per peer address. Pure: the caller passes
+//! the time.
+//!
+//! A call that cannot reach a peer (connect failure, a connection the keepalive found
+//! dead) opens the peer's breaker: calls skip it for [`DOWN_FOR`] and fail over at once —
+//! a read to the key's next copy or answered as a miss, a write to the next candidate.
+//! After that, **one** call is let through to try the peer (half-open) while every other
+//! call keeps failing over: a peer that accepts connections but never answers (a frozen
+//! process) holds that one call up to the keepalive timeout, not every call on the node.
+//! (Letting every call try once the second was up stalled a node's whole load for the
+//! ~16 s a frozen peer took to leave the ring: ~4 calls/s instead of ~4,000.) An answer
+//! from the peer — any answer, an error status too — closes the breaker; a failed try
+//! opens it again. A try that reports nothing within [`TRY_STALE_AFTER`] (its caller
+//! gave up) lets the next call try.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long calls skip a peer after a call could not reach it.
+pub const DOWN_FOR: Duration = Duration::from_secs(1);
+/// How long a call trying a peer that was down may go without a verdict before another
+/// call may try: the connect timeout (2 s) plus the keepalive's ping and its timeout.
+pub const TRY_STALE_AFTER: Duration = Duration::from_secs(4);
+
+/// Why a call skips a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// A call could not reach it less than [`DOWN_FOR`] ago.
+    Down,
+    /// Another call is trying whether it is back.
+    Trying,
+}
+
+impl Skip {
+    /// The reason, for the caller's error message.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Down => "a call just before could not reach it (not tried again for up to 1 s)",
+            Self::Trying => {
+                "it could not be reached just before, and another call is trying it again"
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    until: Instant,
+    trying_since: Option<Instant>,
+}
+
+/// The breakers of a node's peers, by address.
+#[derive(Debug, Default)]
+pub struct PeerHealth {
+    open: HashMap<String, Open>,
+}
+
+impl PeerHealth {
+    /// Whether a call to `address` may go at `now`: `Ok` for a peer not known down, or
+    /// for the one call that tries a peer whose down time is over.
+    ///
+    /// # Errors
+    /// [`Skip`] when the call must fail over instead.
+    pub fn admit(&mut self, address: &str, now: Instant) -> Result<(), Skip> {
+        let Some(open) = self.open.get_mut(address) else {
+            return Ok(());
+        };
+        if now < open.until {
+            return Err(Skip::Down);
+        }
+        match open.trying_since {
+            Some(since) if now.saturating_duration_since(since) < TRY_STALE_AFTER => {
+                Err(Skip::Trying)
+            }
+            _ => {
+                open.trying_since = Some(now);
+                Ok(())
+            }
+        }
+    }
+
+    /// A call could not reach `address`: skipped for [`DOWN_FOR`] from `now`.
+    pub fn unreachable(&mut self, address: &str, now: Instant) {
+        self.open.insert(
+            address.to_owned(),
+            Open {
+                until: now + DOWN_FOR,
+                trying_since: None,
+            },
+        );
+    }
+
+    /// A call to `address` got no answer in its deadline. A slow peer is alive, so this
+    /// opens no breaker; but a try of a peer that was down failed: down again.
+    pub fn timed_out(&mut self, address: &str, now: Instant) {
+        if self.open.contains_key(address) {
+            self.unreachable(address, now);
+        }
+    }
+
+    /// `address` answered a call: calls go to it again.
+    pub fn answered(&mut self, address: &str) {
+        if !self.open.is_empty() {
+            self.open.remove(address);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEER: &str = "n-1:50051";
+
+    #[test]
+    fn a_peer_never_down_is_always_called() {
+        let mut health = PeerHealth::default();
+        let now = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(health.admit(PEER, now), Ok(()));
+        }
+    }
+
+    #[test]
+    fn after_a_failure_calls_skip_the_peer_then_exactly_one_tries_it() {
+        let mut health = PeerHealth::default();
+        let t0 = Instant::now();
+        health.unreachable(PEER, t0);
+        assert_eq!(health.admit(PEER, t0), Err(Skip::Down));
+        assert_eq!(
+            health.admit(PEER, t0 + DOWN_FOR - Duration::from_millis(1)),
+            Err(Skip::Down)
+        );
+        assert_eq!(
+            health.admit("n-2:50051", t0),
+            Ok(()),
+            "other peers are not affected"
+        );
+        let over = t0 + DOWN_FOR;
+        assert_eq!(health.admit(PEER, over), Ok(()), "one call tries");
+        for later in [
+            over,
+            over + Duration::from_secs(1),
+            over + TRY_STALE_AFTER - Duration::from_millis(1),
+        ] {
+            assert_eq!(
+                health.admit(PEER, later),
+                Err(Skip::Trying),
+                "while it tries"
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_closes_the_breaker_and_a_failed_try_opens_it_again() {
+        let mut health = PeerHealth::default();
+        let t0 = Instant::now();
+        health.unreachable(PEER, t0);
+        let over = t0 + DOWN_FOR;
+        assert_eq!(health.admit(PEER, over), Ok(()));
+        health.unreachable(PEER, over + Duration::from_secs(2));
+        assert_eq!(
+            health.admit(PEER, over + Duration::from_secs(2)),
+            Err(Skip::Down)
+        );
+        let again = over + Duration::from_secs(2) + DOWN_FOR;
+        assert_eq!(health.admit(PEER, again), Ok(()));
+        health.answered(PEER);
+        for _ in 0..3 {
+            assert_eq!(health.admit(PEER, again), Ok(()), "closed: every call goes");
+        }
+    }
+
+    #[test]
+    fn a_try_that_times_out_opens_it_again_and_a_timeout_alone_does_not() {
+        let mut health = PeerHealth::default();
+        let t0 = Instant::now();
+        health.timed_out(PEER, t0);
+        assert_eq!(health.admit(PEER, t0), Ok(()), "a slow peer is alive");
+        health.unreachable(PEER, t0);
+        let over = t0 + DOWN_FOR;
+        assert_eq!(health.admit(PEER, over), Ok(()));
+        health.timed_out(PEER, over + Duration::from_millis(500));
+        assert_eq!(
+            health.admit(PEER, over + Duration::from_millis(600)),
+            Err(Skip::Down)
+        );
+    }
+
+    #[test]
+    fn a_try_without_a_verdict_lets_another_call_try_once_it_is_stale() {
+        let mut health = PeerHealth::default();
+        let t0 = Instant::now();
+        health.unreachable(PEER, t0);
+        let over = t0 + DOWN_FOR;
+        assert_eq!(health.admit(PEER, over), Ok(()));
+        // Its caller gave up (the call was dropped): no verdict ever comes.
+        assert_eq!(health.admit(PEER, over + TRY_STALE_AFTER), Ok(()));
+        assert_eq!(
+            health.admit(PEER, over + TRY_STALE_AFTER),
+            Err(Skip::Trying)
+        );
+    }
+}
