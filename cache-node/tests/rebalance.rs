@@ -380,3 +380,53 @@ async fn held_answers_from_the_store_alone_which_keys_of_a_batch_it_holds() {
     }
     cluster.shutdown().await;
 }
+
+/// The DoPuts `node` has sent to its peers so far (handovers, copies, forwarded writes).
+async fn puts_sent(node: &RunningNode) -> u64 {
+    scrape(node.metrics_addr)
+        .await
+        .lines()
+        .filter(|line| {
+            line.starts_with("flightcache_node_forwarded_total{")
+                && line.contains(r#"grpc_method="DoPut""#)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test]
+async fn with_two_copies_a_draining_node_sends_each_entry_only_to_the_owner_that_lacks_it() {
+    let mut cluster = Cluster::start(3).await;
+    cluster.replicas = 2;
+    cluster.publish(2, &[]).await;
+    let keys = put_rebalanced_keys(&mut cluster.client(0).await, 90).await;
+    let on_c = store_keys(cluster.node(2));
+    assert!(on_c.len() > 30, "{} keys on n-2", on_c.len());
+    // Draining n-2 leaves n-0 and n-1 as the two owners of every key: each of n-2's
+    // entries is already on one of them.
+    cluster.publish(3, &[2]).await;
+    let sent_before = puts_sent(cluster.node(2)).await;
+    let report = rebalance(cluster.node(2), "").await;
+    assert_eq!(report["moved"], on_c.len());
+    assert_eq!(report["failed"], 0);
+    let sent = puts_sent(cluster.node(2)).await - sent_before;
+    assert_eq!(
+        sent,
+        on_c.len() as u64,
+        "one send per entry, not one per owner"
+    );
+    assert_eq!(cluster.node(2).store.stats().entries, 0);
+    for key in &keys {
+        for i in 0..2 {
+            assert!(
+                cluster
+                    .node(i)
+                    .store
+                    .peek(format!("P{key}").as_bytes())
+                    .is_some(),
+                "{key} on n-{i}"
+            );
+        }
+    }
+    cluster.shutdown().await;
+}

@@ -3,7 +3,7 @@
 //!
 //! For each live entry the key's first `replicas` owners are computed (a draining node
 //! owns nothing). If this node is one of them the entry is kept. Otherwise it is sent to
-//! each of them as a DoPut marked `x-flightcache-write: migration` (stored there only if
+//! each of them that does not hold the key yet (asked in `held` batches, see below) as a DoPut marked `x-flightcache-write: migration` (stored there only if
 //! the key is absent, so a newer write is never overwritten), carrying its lifetime in
 //! the `x-flightcache-entry-*` headers (see `forward.rs`), and removed here (cause
 //! `migrated`) once every owner has it. A failed or timed-out send keeps the entry here
@@ -134,6 +134,15 @@ impl FlightCacheService {
         self.metrics
             .rebalance_pending_entries
             .set(i64::try_from(plan.len()).unwrap_or(i64::MAX));
+        // Each entry goes only to the owners that lack it (with two copies, a drained
+        // node's entry is already on one of its two new owners); one an owner could not
+        // be asked about is sent to it anyway. An entry every owner holds is removed here.
+        let (lacking, _) = self.lacking(&plan, metadata).await;
+        let plan: Vec<(HandoffEntry, Vec<Peer>)> = plan
+            .into_iter()
+            .zip(lacking)
+            .map(|((entry, _), lacking)| (entry, lacking))
+            .collect();
         // `buffered` starts the sends in plan order (hottest first).
         let mut sends = futures::stream::iter(plan)
             .map(|(entry, peers)| self.hand_over(entry, peers, metadata))
@@ -159,47 +168,23 @@ impl FlightCacheService {
     /// (entries a copy was sent for or would be, entries whose check or send failed).
     async fn fill_copies(
         &self,
-        fills: Vec<(HandoffEntry, Vec<Peer>)>,
+        mut fills: Vec<(HandoffEntry, Vec<Peer>)>,
         dry_run: bool,
         metadata: &MetadataMap,
     ) -> (u64, u64) {
-        let mut copied = vec![false; fills.len()];
-        let mut failed = vec![false; fills.len()];
-        // Entry indices by owner to ask, skipping entries that expired meanwhile.
-        let mut by_peer: HashMap<&str, (&Peer, Vec<usize>)> = HashMap::new();
-        for (index, (handoff, peers)) in fills.iter().enumerate() {
+        // Entries that expired meanwhile are not worth a copy.
+        fills.retain(|(handoff, _)| {
             let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
-            if lifetime.remaining.is_some_and(|left| left.is_zero()) {
-                continue;
-            }
-            for peer in peers {
-                by_peer
-                    .entry(peer.id.as_str())
-                    .or_insert_with(|| (peer, Vec::new()))
-                    .1
-                    .push(index);
-            }
-        }
-        let mut missing: Vec<(usize, &Peer)> = Vec::new();
-        for (peer, indices) in by_peer.into_values() {
-            for batch in held_batches(&fills, &indices) {
-                match self.held_on(peer, &fills, batch, metadata).await {
-                    Ok(held) => missing.extend(
-                        batch
-                            .iter()
-                            .zip(held)
-                            .filter(|(_, held)| !held)
-                            .map(|(&index, _)| (index, peer)),
-                    ),
-                    Err(err) => {
-                        tracing::warn!(owner = %peer.id, keys = batch.len(), error = %err, "cannot check which copies a peer holds");
-                        for &index in batch {
-                            failed[index] = true;
-                        }
-                    }
-                }
-            }
-        }
+            !lifetime.remaining.is_some_and(|left| left.is_zero())
+        });
+        let (lacking, mut failed) = self.lacking(&fills, metadata).await;
+        let mut copied = vec![false; fills.len()];
+        let missing: Vec<(usize, Peer)> = lacking
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| !failed[*index])
+            .flat_map(|(index, peers)| peers.into_iter().map(move |peer| (index, peer)))
+            .collect();
         if dry_run {
             for (index, _) in missing {
                 copied[index] = true;
@@ -207,7 +192,7 @@ impl FlightCacheService {
         } else {
             let copies = missing
                 .into_iter()
-                .map(|(index, peer)| (index, fills[index].0.clone(), peer.clone()));
+                .map(|(index, peer)| (index, fills[index].0.clone(), peer));
             let mut sends = futures::stream::iter(copies.collect::<Vec<_>>())
                 .map(|(index, handoff, peer)| self.send_copy(index, handoff, peer, metadata))
                 .buffer_unordered(CONCURRENCY);
@@ -221,6 +206,49 @@ impl FlightCacheService {
         }
         let count = |flags: &[bool]| flags.iter().filter(|&&flag| flag).count() as u64;
         (count(&copied), count(&failed))
+    }
+
+    /// For each of `items` (an entry and the peers that should hold it), the peers that do
+    /// not hold its key, asked in `held` batches per peer; and whether a peer of the item
+    /// could not be asked (it is then counted among those that lack it).
+    async fn lacking(
+        &self,
+        items: &[(HandoffEntry, Vec<Peer>)],
+        metadata: &MetadataMap,
+    ) -> (Vec<Vec<Peer>>, Vec<bool>) {
+        let mut lacking: Vec<Vec<Peer>> = vec![Vec::new(); items.len()];
+        let mut unchecked = vec![false; items.len()];
+        let mut by_peer: HashMap<&str, (&Peer, Vec<usize>)> = HashMap::new();
+        for (index, (_, peers)) in items.iter().enumerate() {
+            for peer in peers {
+                by_peer
+                    .entry(peer.id.as_str())
+                    .or_insert_with(|| (peer, Vec::new()))
+                    .1
+                    .push(index);
+            }
+        }
+        for (peer, indices) in by_peer.into_values() {
+            for batch in held_batches(items, &indices) {
+                match self.held_on(peer, items, batch, metadata).await {
+                    Ok(held) => {
+                        for (&index, held) in batch.iter().zip(held) {
+                            if !held {
+                                lacking[index].push(peer.clone());
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(owner = %peer.id, keys = batch.len(), error = %err, "cannot check which entries a peer holds");
+                        for &index in batch {
+                            lacking[index].push(peer.clone());
+                            unchecked[index] = true;
+                        }
+                    }
+                }
+            }
+        }
+        (lacking, unchecked)
     }
 
     /// Which of the entries at `batch` (indices into `fills`) `peer` holds, in order: one
