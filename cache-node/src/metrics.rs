@@ -148,6 +148,8 @@ pub struct Metrics {
     /// Reads missed by the key's holders under the current ring and answered by a
     /// previous holder during a ring change (copy-then-switch).
     pub previous_holder_hits: Counter,
+    /// Copies this node sent to an owner that missed a key it read here (read repair).
+    pub repairs: Counter,
     /// Puts whose owner could not be reached, stored on the key's next candidate.
     pub fallback_writes: Counter,
     /// Coalescing DoGet misses answered with the entry another caller's put stored
@@ -265,6 +267,12 @@ impl Metrics {
             "Reads the key's current holders missed, answered by its holder under the previous ring during a move",
             previous_holder_hits.clone(),
         );
+        let repairs = Counter::default();
+        registry.register(
+            "read_repairs",
+            "Copies sent to one of a key's owners that missed it and read it from this node (read repair)",
+            repairs.clone(),
+        );
         let fallback_writes = Counter::default();
         registry.register(
             "fallback_writes",
@@ -349,6 +357,7 @@ impl Metrics {
             replica_write_failures,
             unreachable_misses,
             previous_holder_hits,
+            repairs,
             fallback_writes,
             coalesced_reads,
             connections_refused,

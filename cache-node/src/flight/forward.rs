@@ -85,7 +85,16 @@ pub const PREVIOUS_HOLDER_TIMEOUT: Duration = Duration::from_secs(1);
 pub fn is_held_read(metadata: &MetadataMap) -> bool {
     metadata
         .get(READ_HEADER)
-        .is_some_and(|value| value.as_bytes() == b"held")
+        .is_some_and(|value| matches!(value.as_bytes(), b"held" | b"repair"))
+}
+
+/// Whether a read for what this node holds also asks for a copy of a hit
+/// (`x-flightcache-read: repair`): the asker is one of the key's owners and missed it (it
+/// came back empty from a restart, or has not been handed the key yet).
+pub fn wants_a_copy(metadata: &MetadataMap) -> bool {
+    metadata
+        .get(READ_HEADER)
+        .is_some_and(|value| value.as_bytes() == b"repair")
 }
 
 /// What kind of copy a DoPut marked with [`WRITE_HEADER`] is.
@@ -385,6 +394,8 @@ pub struct Sender {
     pub ring_version: u64,
     /// Whether the call asks for what the peer holds ([`READ_HEADER`]).
     pub held_read: bool,
+    /// Whether it also asks for a copy of a hit ([`wants_a_copy`]).
+    pub wants_a_copy: bool,
     /// How long the peer may take to answer (DoGet: to start answering).
     pub deadline: Duration,
 }
@@ -396,6 +407,7 @@ impl Sender {
             member: routing.self_id().unwrap_or("-").to_owned(),
             ring_version: routing.version(),
             held_read: false,
+            wants_a_copy: false,
             deadline: CALL_TIMEOUT,
         }
     }
@@ -406,6 +418,14 @@ impl Sender {
     pub fn asking_what_is_held(mut self) -> Self {
         self.held_read = true;
         self
+    }
+
+    /// This sender, asking for what the peer holds and for a copy of a hit ([`wants_a_copy`]):
+    /// this node owns the key and missed it.
+    #[must_use]
+    pub fn asking_for_a_copy(mut self) -> Self {
+        self.wants_a_copy = true;
+        self.asking_what_is_held()
     }
 
     /// This sender, asking a previous holder for what it holds, within
@@ -438,7 +458,12 @@ fn outgoing<T>(peers: &Peers, message: T, incoming: &MetadataMap, sender: &Sende
         MetadataValue::from(sender.ring_version),
     );
     if sender.held_read {
-        metadata.insert(READ_HEADER, MetadataValue::from_static("held"));
+        let value = if sender.wants_a_copy {
+            "repair"
+        } else {
+            "held"
+        };
+        metadata.insert(READ_HEADER, MetadataValue::from_static(value));
     } else if let Some(coalesce) = incoming.get(super::lease::COALESCE_HEADER) {
         // The owner coalesces the miss, so it must see the caller's request to.
         metadata.insert(super::lease::COALESCE_HEADER, coalesce.clone());

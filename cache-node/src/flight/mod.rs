@@ -71,7 +71,12 @@ pub struct FlightCacheService {
     routing: Arc<RoutingTable>,
     peers: forward::Peers,
     leases: Arc<lease::Leases>,
+    /// Read repairs in flight (see `replica.rs`).
+    repairs: Arc<tokio::sync::Semaphore>,
 }
+
+/// Most read repairs a node sends at once; past that, a repair is skipped.
+pub const REPAIRS_AT_ONCE: usize = 8;
 
 impl FlightCacheService {
     /// A service over `store`, calling peers over `peers` (shared with the DoGet relay).
@@ -91,6 +96,7 @@ impl FlightCacheService {
             auth,
             routing,
             leases: Arc::new(lease::Leases::default()),
+            repairs: Arc::new(tokio::sync::Semaphore::new(REPAIRS_AT_ONCE)),
         }
     }
 
@@ -510,6 +516,9 @@ impl FlightService for FlightCacheService {
                     },
                 )
                 .await;
+            if read.is_ok() && held && forward::wants_a_copy(&metadata) {
+                self.send_a_copy_back(&key, &metadata);
+            }
             match read {
                 Err(Error::UnknownKey { .. })
                     if lease::coalescing(&metadata)

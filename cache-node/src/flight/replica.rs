@@ -14,6 +14,7 @@
 //! Does network I/O through `forward.rs`.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tonic::metadata::MetadataMap;
 
@@ -41,6 +42,80 @@ impl FlightCacheService {
             if_absent: false,
             journaled: false,
         }
+    }
+
+    /// How to ask a key's previous holder or next candidate: for what it holds, and for a
+    /// copy of a hit when this node owns the key and `missed_here`.
+    fn holder_sender(&self, missed_here: bool) -> forward::Sender {
+        let sender = self.sender().asking_previous_holder();
+        if missed_here {
+            sender.asking_for_a_copy()
+        } else {
+            sender
+        }
+    }
+
+    /// A read for what this node holds that hit, from one of the key's owners that missed
+    /// it ([`forward::wants_a_copy`]): sends that owner a copy of the entry (a migration,
+    /// stored there only if absent), in the background, at most
+    /// [`super::REPAIRS_AT_ONCE`] at a time — past that a repair is skipped (the next read of
+    /// the key asks again). Best effort: a failed copy only leaves the owner missing it.
+    pub(super) fn send_a_copy_back(&self, key: &CacheKey, metadata: &MetadataMap) {
+        let Some(asker) = forward::forwarded_by(metadata) else {
+            return;
+        };
+        let Some(membership) = self.routing.current() else {
+            return;
+        };
+        let store_key = key.to_store_bytes();
+        if !membership
+            .owners(&store_key)
+            .iter()
+            .any(|id| **id == asker.member)
+        {
+            return;
+        }
+        let (Some(peer), Some(entry)) =
+            (membership.peer(&asker.member), self.store.peek(&store_key))
+        else {
+            return;
+        };
+        let Ok(permit) = Arc::clone(&self.repairs).try_acquire_owned() else {
+            return;
+        };
+        let lifetime = self.carried(&entry, None);
+        let (peers, sender, key, metrics) = (
+            self.peers.clone(),
+            self.sender(),
+            key.clone(),
+            Arc::clone(&self.metrics),
+        );
+        tokio::spawn(async move {
+            let _permit = permit;
+            let sent = tokio::time::timeout(
+                super::rebalance::ENTRY_DEADLINE,
+                forward::send_entry(
+                    &peers,
+                    &peer,
+                    &sender,
+                    &key,
+                    &entry,
+                    WriteKind::Migration,
+                    &lifetime,
+                    &MetadataMap::new(),
+                ),
+            )
+            .await;
+            match sent {
+                Ok(Ok(_)) => {
+                    metrics.repairs.inc();
+                }
+                Ok(Err(err)) => {
+                    tracing::debug!(%key, owner = %peer.id, error = %err, "read repair not sent");
+                }
+                Err(_) => tracing::debug!(%key, owner = %peer.id, "read repair timed out"),
+            }
+        });
     }
 
     /// After this node committed `key` as its owner: sends the entry to the key's other
@@ -118,15 +193,24 @@ impl FlightCacheService {
         let choices = self.routing.choices(&store_key, forwarded.as_ref())?;
         let mut first_error = None;
         let mut miss = None;
+        // This node owns a copy and missed it: whoever answers the read with a hit also
+        // sends it a copy (read repair), so a node back empty from a restart refills with
+        // the keys read, not only with what a rebalance hands it.
+        let mut missed_here = false;
         let tried = choices.clone();
         for choice in choices {
+            let here = choice == Route::Local;
             let result = match choice {
                 Route::Local => local(),
+                Route::Forward(peer) if missed_here => {
+                    remote(peer, self.sender().asking_for_a_copy()).await
+                }
                 Route::Forward(peer) => remote(peer, self.sender()).await,
             };
             match result {
                 Ok(value) => return Ok(value),
                 Err(err) if is_miss(&err) => {
+                    missed_here |= here;
                     miss.get_or_insert(err);
                 }
                 Err(err) if is_unreachable(&err) => {
@@ -143,9 +227,7 @@ impl FlightCacheService {
         {
             let result = match &next {
                 Route::Local => local(),
-                Route::Forward(peer) => {
-                    remote(peer.clone(), self.sender().asking_previous_holder()).await
-                }
+                Route::Forward(peer) => remote(peer.clone(), self.holder_sender(missed_here)).await,
             };
             if let Ok(value) = result {
                 return Ok(value);
@@ -153,7 +235,7 @@ impl FlightCacheService {
         }
         for peer in self.routing.previous_holders(&store_key) {
             // Whatever a previous holder answers but a hit leaves the read a miss.
-            if let Ok(value) = remote(peer, self.sender().asking_previous_holder()).await {
+            if let Ok(value) = remote(peer, self.holder_sender(missed_here)).await {
                 self.metrics.previous_holder_hits.inc();
                 return Ok(value);
             }
