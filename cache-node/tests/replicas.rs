@@ -221,7 +221,7 @@ async fn an_owner_back_empty_is_sent_a_copy_of_each_key_it_reads_from_the_other_
     // A node back from an unplanned restart (a deleted pod) holds nothing; the ring has
     // not changed, so no rebalance refills it. Each key it misses and reads from its
     // other copy is sent back to it (read repair), so the next fault does not find the
-    // key with a single copy.
+    // key with a single copy — whichever node the read came in through.
     let cluster = Cluster::start_with_replicas(3, 2).await;
     let ring = cluster.ring(&[]);
     let keys: Vec<String> = (0..5)
@@ -276,12 +276,31 @@ async fn an_owner_back_empty_is_sent_a_copy_of_each_key_it_reads_from_the_other_
             .collect::<Vec<_>>()
             .join("\n")
     );
-    // A read through a node that owns no copy of the key asks for no copy: n-2 reads a
-    // key of n-0 and n-1 that both hold, and nothing more is sent.
-    get(&mut cluster.client(2).await, path_ticket(&keys[0]))
-        .await
-        .unwrap();
+    // A key both copies hold costs no copy: n-2 (no copy) reads one, nothing is sent.
+    let mut via2 = cluster.client(2).await;
+    get(&mut via2, path_ticket(&keys[0])).await.unwrap();
     let again = scrape(cluster.node(1).metrics_addr).await;
     assert!(again.contains("flightcache_node_read_repairs_total 5"));
+    // Read through n-2, a key n-0 lost is repaired too: n-2 forwards to n-0, which
+    // misses and asks n-1 for a copy.
+    let lost = format!("P{}", keys[1]);
+    let entry = cluster.node(0).store.peek(lost.as_bytes()).unwrap();
+    assert!(
+        cluster
+            .node(0)
+            .store
+            .remove_migrated(lost.as_bytes(), &entry)
+    );
+    get(&mut via2, path_ticket(&keys[1])).await.unwrap();
+    for _ in 0..100 {
+        if holds(cluster.node(0), &keys[1]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        holds(cluster.node(0), &keys[1]),
+        "repaired through a node without a copy"
+    );
     cluster.shutdown().await;
 }

@@ -510,12 +510,41 @@ async fn a_key_on_the_move_stays_readable_until_it_has_arrived() {
         let metrics = scrape(cluster.node(i).metrics_addr).await;
         hits += metric_value(&metrics, "flightcache_node_previous_holder_hits_total");
     }
-    // Three DoGets, one GetFlightInfo and one GetSchema per key, each answered once by
-    // the new owner from the previous holder.
-    assert_eq!(
-        hits,
-        5 * moving.len() as u64,
-        "previous-holder hits on the new owners"
+    // Three DoGets, one GetFlightInfo and one GetSchema per key: the first is answered
+    // by the new owner from the previous holder, which also sends the new owner a copy
+    // (read repair, in the background); reads after it has landed are local hits.
+    let n = moving.len() as u64;
+    assert!(
+        (n..=5 * n).contains(&hits),
+        "previous-holder hits on the new owners: {hits}"
+    );
+    for _ in 0..100 {
+        if moving.iter().all(|key| {
+            holds(
+                cluster.node(node_index(
+                    after.owner(format!("P{key}").as_bytes()).unwrap(),
+                )),
+                key,
+            )
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for key in &moving {
+        let new_owner = node_index(after.owner(format!("P{key}").as_bytes()).unwrap());
+        assert!(
+            holds(cluster.node(new_owner), key),
+            "{key} sent to its new owner on read"
+        );
+    }
+    let repairs = metric_value(
+        &scrape(cluster.node(2).metrics_addr).await,
+        "flightcache_node_read_repairs_total",
+    );
+    assert!(
+        repairs >= n,
+        "read repairs from the previous holder: {repairs}"
     );
 
     // A key nobody holds is still a plain miss.

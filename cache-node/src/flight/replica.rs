@@ -219,6 +219,19 @@ impl FlightCacheService {
                 Err(err) => return Err(err),
             }
         }
+        // A read forwarded here (this node owns a copy) that missed: the key's other copies
+        // are asked for what they hold, and for a copy of a hit — so a node back empty
+        // refills with its keys read through any node, not only through itself.
+        if forwarded.is_some() && missed_here {
+            let others = self.routing.choices(&store_key, None).unwrap_or_default();
+            for choice in others {
+                if let Route::Forward(peer) = choice
+                    && let Ok(value) = remote(peer, self.sender().asking_for_a_copy()).await
+                {
+                    return Ok(value);
+                }
+            }
+        }
         // No copy answered and one could not be reached: a write made meanwhile went to
         // the key's next candidate (see `put_on_next_candidate`).
         if first_error.is_some()
