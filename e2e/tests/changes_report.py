@@ -65,10 +65,9 @@ KNOWN_GAPS = {
                   "calls in flight when the SIGKILL lands fail", 1.0, CRASH_FAILED_CALLS),
     "node-frozen": ("a node taken out of the ring drops what it held (so it never serves a "
                     "stale copy): its keys miss once while it hangs and once more when it is "
-                    "back; and the nodes the pod-delete and node-kill just before restarted "
-                    "are still nearly empty (a node back from an unplanned restart is served "
-                    "by the holders of its keys but not refilled), so with two copies most "
-                    "keys had one", 2.0, None),
+                    "back; with two copies, the keys whose second copy is on a node the "
+                    "pod-delete or node-kill just before restarted have one copy (read repair "
+                    "refills a restarted node's first copies, not its second ones)", 2.0, None),
 }
 
 
