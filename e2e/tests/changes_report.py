@@ -15,7 +15,9 @@ Targets:
   entries off and closes its connections with GOAWAY) fail no call: no allowance;
 - a crashed process (SIGKILL) may fail only the calls in flight on the clients' own
   connections to it: each client worker runs one call at a time, so one per worker when
-  it dies and one more on the dead connection before the client library reconnects:
+  it dies and one more on the dead connection before the client library reconnects (the
+  pyarrow loop pauses 1 s after a failed call, as a cache-aside client computes the
+  result instead; gRPC-core fails every call at once while it backs off reconnecting):
   CRASH_FAILED_CALLS = 2 x (8 flightcache-load workers + 1 pyarrow loop);
 - a hung process (SIGSTOP) cannot answer the clients connected to it: each such
   connection fails one call per 5 s client deadline while it is hung:
