@@ -139,6 +139,10 @@ pub enum Error {
         /// How long the lease lasts.
         lease_ms: u64,
     },
+    /// The wire layer refused a put message as its length arrived (over the max entry
+    /// size, `wire::intake`); its RESOURCE_EXHAUSTED status is answered as is.
+    #[error("{}", .0.message())]
+    RefusedOnArrival(Status),
     /// The owner answered a forwarded request with this status; it is passed on as is.
     #[error("{}", .0.message())]
     Forwarded(Status),
@@ -188,7 +192,7 @@ impl Error {
             }
             Self::Routing(RoutingError::NoOwner { .. } | RoutingError::RingDisagreement { .. })
             | Self::OwnerUnreachable { .. } => Code::Unavailable,
-            Self::Forwarded(status) => status.code(),
+            Self::Forwarded(status) | Self::RefusedOnArrival(status) => status.code(),
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::PermissionDenied(_) => Code::PermissionDenied,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,

@@ -457,3 +457,88 @@ async fn two_thousand_connections_cost_little_and_the_limit_holds() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A DoPut whose second message is one `bytes`-long FlightData (its body is never decoded:
+/// the node refuses it by its length), with the token; the node's final status.
+async fn put_one_large_message(
+    mut client: FlightServiceClient<Channel>,
+    key: String,
+    bytes: usize,
+) -> tonic::Status {
+    let first = arrow_flight::FlightData {
+        flight_descriptor: Some(common::path(&key)),
+        ..Default::default()
+    };
+    let large = arrow_flight::FlightData {
+        data_header: Bytes::from_static(b"header"),
+        data_body: Bytes::from(vec![7u8; bytes]),
+        ..Default::default()
+    };
+    let mut request = tonic::Request::new(futures::stream::iter([first, large]));
+    request.metadata_mut().insert(
+        "authorization",
+        MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
+    );
+    match client.do_put(request).await {
+        Err(status) => status,
+        Ok(answers) => match answers.into_inner().message().await {
+            Err(status) => status,
+            Ok(answer) => panic!("the put was taken: {answer:?}"),
+        },
+    }
+}
+
+#[tokio::test]
+async fn a_put_message_over_the_max_entry_size_is_refused_before_it_is_buffered() {
+    let node = NodeProcess::start_with(&["--max-entry-size", "4MiB"], None).await;
+    let client = node.client().await;
+    // Warm the node (allocator arenas, the connection) so the figures below are growth.
+    let warm = put_one_large_message(client.clone(), "warm".into(), 8 << 20).await;
+    assert_eq!(warm.code(), Code::ResourceExhausted, "{warm:?}");
+    let baseline = node.resident_bytes();
+
+    let status = put_one_large_message(client.clone(), "one".into(), 60 << 20).await;
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains(
+            "is larger than the max entry size of 4194304 bytes; refused before it was read"
+        ),
+        "{}",
+        status.message()
+    );
+    let one = node.resident_bytes().saturating_sub(baseline);
+
+    // Six at once on one connection (the adversarial run sent six 50 MiB requests).
+    let six = futures::future::join_all(
+        (0..6).map(|i| put_one_large_message(client.clone(), format!("six/{i}"), 50 << 20)),
+    )
+    .await;
+    for status in &six {
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    }
+    let six = node.resident_bytes().saturating_sub(baseline);
+
+    // Budget: what the HTTP/2 windows let the client send before the node stops reading
+    // (4 MiB per stream, 8 MiB per connection) plus 8 MiB of allocator slack; the
+    // messages themselves are 60 MiB and 6 x 50 MiB.
+    let budget: u64 = (8 << 20) + (8 << 20);
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    println!(
+        "a 60 MiB put message against a 4 MiB max entry size: RSS grew {:.1} MiB; six 50 MiB \
+         ones at once: {:.1} MiB (budget {:.0} MiB)",
+        mib(one),
+        mib(six),
+        mib(budget)
+    );
+    assert!(one < budget, "{one} >= {budget}");
+    assert!(six < budget, "{six} >= {budget}");
+    // Each refused put is counted once; nothing was stored.
+    assert_eq!(
+        scrape_counter(&node, "flightcache_node_puts_rejected_total").await,
+        8.0
+    );
+    assert_eq!(
+        scrape_counter(&node, "flightcache_node_inserts_total").await,
+        0.0
+    );
+}

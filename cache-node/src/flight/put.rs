@@ -28,7 +28,7 @@ use std::time::Duration;
 use arrow_flight::FlightData;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
-use tonic::Streaming;
+use tonic::{Status, Streaming};
 
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
@@ -81,6 +81,18 @@ fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
     Ok(Some(ttl))
 }
 
+/// What a failed DoPut request stream means. RESOURCE_EXHAUSTED comes only from the wire
+/// layer refusing a message over the max entry size as its length arrived (the gRPC
+/// decoder's own limit is OUT_OF_RANGE), and is answered as is; anything else is a
+/// broken stream, described by `describe`.
+fn client_stream_failed(status: Status, describe: impl FnOnce(&str) -> String) -> Error {
+    if status.code() == tonic::Code::ResourceExhausted {
+        Error::RefusedOnArrival(status)
+    } else {
+        Error::BadPutStream(describe(status.message()))
+    }
+}
+
 /// Reads the first message of a DoPut stream and the key its descriptor names (the
 /// key decides which node stores the entry).
 ///
@@ -90,7 +102,7 @@ pub async fn read_first(input: &mut Streaming<FlightData>) -> Result<(FlightData
     let first = input
         .message()
         .await
-        .map_err(|status| Error::BadPutStream(status.message().to_owned()))?
+        .map_err(|status| client_stream_failed(status, |message| message.to_owned()))?
         .ok_or_else(|| {
             Error::BadPutStream(
                 "the stream is empty; send the FlightDescriptor and a schema first".into(),
@@ -135,7 +147,9 @@ pub async fn ingest(
     let mut messages = futures::stream::iter([Ok(first)])
         .chain(input)
         .map_err(|status| {
-            Error::BadPutStream(format!("the client stream failed: {}", status.message()))
+            client_stream_failed(status, |message| {
+                format!("the client stream failed: {message}")
+            })
         })
         .and_then(move |message: FlightData| {
             let size = (message.data_body.len() + message.data_header.len()) as u64;
@@ -157,7 +171,10 @@ pub async fn ingest(
         let message = match message {
             Ok(message) => message,
             Err(err) => {
-                if matches!(err, Error::EntryTooLarge { .. }) {
+                if matches!(
+                    err,
+                    Error::EntryTooLarge { .. } | Error::RefusedOnArrival(_)
+                ) {
                     assembly.reject();
                 }
                 return Err(err);

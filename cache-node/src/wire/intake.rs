@@ -10,8 +10,11 @@
 //! the next read of the body after the message has passed through, which the gRPC
 //! layer only makes once the put has taken the message (and reserved what it keeps),
 //! or when the request ends. A message that cannot be reserved (other reservations hold
-//! the budget) or that is over the max entry size passes unreserved, and the put's own
-//! checks refuse it. No I/O. Must not import the Flight service (`flight/`).
+//! the budget) passes unreserved, and the put's own checks refuse it. A message whose
+//! prefix announces more than the max entry size ends the request body with
+//! RESOURCE_EXHAUSTED right there: its bytes are never buffered (the gRPC decoder would
+//! otherwise take up to its decode limit, 64 MiB, per message before the put refused it).
+//! No I/O. Must not import the Flight service (`flight/`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -110,6 +113,18 @@ pub struct IntakeBody {
     current: Option<IntakeReservation>,
     /// Reservations of messages that have passed through, released on the next read.
     passed: Vec<IntakeReservation>,
+    /// Set once a message over the max entry size was announced: the body answers this
+    /// error once, then ends.
+    refused: Option<Refusal>,
+}
+
+/// A message over the max entry size, seen in its prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Not yet answered to the reader.
+    Pending { size: u64, max: u64 },
+    /// Answered; the body ends.
+    Answered,
 }
 
 impl IntakeBody {
@@ -124,14 +139,19 @@ impl IntakeBody {
             },
             current: None,
             passed: Vec::new(),
+            refused: None,
         }
     }
 
-    /// Follows the framing through `data`, reserving each message announced in it.
-    fn observe(&mut self, mut data: &[u8]) {
+    /// Follows the framing through `data`, reserving each message announced in it. When
+    /// a message over the max entry size is announced, stops and returns how many bytes
+    /// of `data` come before its prefix (those still belong to earlier messages).
+    fn observe(&mut self, frame: &[u8]) -> Option<usize> {
+        let mut data = frame;
         while !data.is_empty() {
             match &mut self.framing {
                 Framing::Prefix { bytes, have } => {
+                    let prefix_start = (frame.len() - data.len()).saturating_sub(*have);
                     let take = (PREFIX_BYTES - *have).min(data.len());
                     bytes[*have..*have + take].copy_from_slice(&data[..take]);
                     *have += take;
@@ -139,11 +159,13 @@ impl IntakeBody {
                     if *have == PREFIX_BYTES {
                         let length =
                             u64::from(u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]));
-                        // A message over the max entry size is refused by the put
-                        // without evicting anything for it.
-                        if length <= self.store.config().max_entry_bytes {
-                            self.current = self.store.reserve_intake(length + in_transit(length));
+                        // Refused before a byte of it is buffered, nothing evicted for it.
+                        let max = self.store.config().max_entry_bytes;
+                        if length > max {
+                            self.refused = Some(Refusal::Pending { size: length, max });
+                            return Some(prefix_start);
                         }
+                        self.current = self.store.reserve_intake(length + in_transit(length));
                         self.framing = Framing::Message { remaining: length };
                         if length == 0 {
                             self.message_passed();
@@ -162,6 +184,7 @@ impl IntakeBody {
                 }
             }
         }
+        None
     }
 
     fn message_passed(&mut self) {
@@ -195,21 +218,43 @@ impl HttpBody for IntakeBody {
         // The reader asks for more only after it has taken the messages that passed
         // (and the put has reserved what it keeps), so their budget can go back now.
         this.passed.clear();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.observe(data);
-                }
-            }
-            Poll::Ready(None | Some(Err(_))) => this.current = None,
-            Poll::Pending => {}
+        if this.refused == Some(Refusal::Answered) {
+            return Poll::Ready(None);
         }
-        polled
+        if this.refused.is_none() {
+            let polled = Pin::new(&mut this.inner).poll_frame(cx);
+            let Poll::Ready(Some(Ok(frame))) = polled else {
+                if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+                    this.current = None;
+                }
+                return polled;
+            };
+            let Some(data) = frame.data_ref() else {
+                return Poll::Ready(Some(Ok(frame)));
+            };
+            let Some(cut) = this.observe(data) else {
+                return Poll::Ready(Some(Ok(frame)));
+            };
+            // The messages before the refused one still reach the put (it counts the
+            // refusal); the refused message's bytes and everything after are dropped.
+            if cut > 0 {
+                return Poll::Ready(Some(Ok(Frame::data(data.slice(..cut)))));
+            }
+        }
+        if let Some(Refusal::Pending { size, max }) = this.refused {
+            this.refused = Some(Refusal::Answered);
+            this.current = None;
+            this.passed.clear();
+            return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                "a put message of {size} bytes is larger than the max entry size of {max} \
+                 bytes; refused before it was read, nothing was stored"
+            )))));
+        }
+        Poll::Ready(None)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.refused == Some(Refusal::Answered) || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -270,29 +315,79 @@ mod tests {
     }
 
     #[test]
-    fn a_message_larger_than_the_budget_passes_unreserved() {
+    fn a_message_the_budget_cannot_hold_passes_unreserved_and_the_framing_is_followed() {
         let store = store(1_000);
-        let entry = StoreConfig {
-            max_entry_bytes: 100,
-            ..store.config()
-        };
-        let over_max_entry = Arc::new(Store::new(entry, Arc::new(SystemClock::new())).unwrap());
-        let mut body = IntakeBody::new(Body::empty(), Arc::clone(&over_max_entry));
-        body.observe(&message(500)[..20]);
-        assert_eq!(
-            body.reserved(),
-            0,
-            "over the max entry size: nothing evicted for it"
-        );
+        let held = store.reserve_intake(900).unwrap();
         let mut body = IntakeBody::new(Body::empty(), Arc::clone(&store));
-        body.observe(&message(5_000)[..50]);
-        assert_eq!(body.reserved(), 0);
-        assert_eq!(store.stats().reserved_bytes, 0);
-        // The framing is still followed: the next message is seen.
-        body.observe(&message(5_000)[50..]);
+        body.observe(&message(500)[..50]);
+        assert_eq!(body.reserved(), 0, "no room: the put's own checks decide");
+        assert_eq!(body.refused, None, "within the max entry size");
+        // The framing is still followed: the next message is seen and reserved.
+        body.observe(&message(500)[50..]);
         body.observe(&message(10)[..5]);
         assert_eq!(body.reserved(), 20);
         drop(body);
+        drop(held);
         assert_eq!(store.stats().reserved_bytes, 0);
+    }
+
+    #[test]
+    fn a_message_over_the_max_entry_size_is_refused_when_its_prefix_arrives() {
+        let config = StoreConfig {
+            max_entry_bytes: 100,
+            ..store(1_000).config()
+        };
+        let store = Arc::new(Store::new(config, Arc::new(SystemClock::new())).unwrap());
+        let mut body = IntakeBody::new(Body::empty(), Arc::clone(&store));
+        // A message within the limit, then the prefix of one over it in the same frame.
+        let mut data = message(60);
+        data.extend_from_slice(&message(5_000)[..5]);
+        assert_eq!(
+            body.observe(&data),
+            Some(65),
+            "the first message comes before the cut"
+        );
+        assert_eq!(
+            body.refused,
+            Some(Refusal::Pending {
+                size: 5_000,
+                max: 100
+            })
+        );
+        assert_eq!(
+            store.stats().reserved_bytes,
+            120,
+            "nothing reserved or evicted for the refused message"
+        );
+        drop(body);
+        assert_eq!(store.stats().reserved_bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn the_refusal_is_answered_once_as_resource_exhausted_then_the_body_ends() {
+        use http_body_util::BodyExt;
+        let config = StoreConfig {
+            max_entry_bytes: 100,
+            ..store(1_000).config()
+        };
+        let store = Arc::new(Store::new(config, Arc::new(SystemClock::new())).unwrap());
+        let mut over = message(0);
+        over[1..5].copy_from_slice(&(64u32 << 20).to_be_bytes());
+        let frames = [Ok::<_, Status>(Frame::data(Bytes::from(over)))];
+        let inner = Body::new(http_body_util::StreamBody::new(futures::stream::iter(
+            frames,
+        )));
+        let mut body = IntakeBody::new(inner, store);
+        let status = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status
+                .message()
+                .contains("67108864 bytes is larger than the max entry size of 100"),
+            "{}",
+            status.message()
+        );
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
     }
 }
