@@ -375,7 +375,8 @@ def operator():
         .with_panel(ts(layout, "Leader", "1 on the operator replica holding the Lease.", "none",
                        [("max by (pod) (flightcache_operator_leader)", "{{pod}}")]))
         .with_panel(ts(layout, "Node call failures by action",
-                       "Failed operator calls to nodes (configure, topology, rebalance) per second.",
+                       "Failed operator calls to nodes per second, by action: configure "
+                       "(config and ring pushes) and rebalance.",
                        "ops",
                        [(f"sum by (action) "
                          f"(rate(flightcache_operator_node_call_failures_total[{RATE}])) "
