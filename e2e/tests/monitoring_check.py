@@ -14,8 +14,6 @@ without changing the test. Standard library plus PyYAML (Debian python3-yaml). U
         prints the alert's state: firing, pending or inactive (no active alert matches)
     monitoring_check.py alert-for --rules FILE NAME
         prints the alert's `for` in seconds (0 when it has none)
-    monitoring_check.py prometheusrule --rules FILE --name NAME --namespace NS
-        prints FILE as a monitoring.coreos.com/v1 PrometheusRule (JSON)
 """
 
 import argparse
@@ -274,17 +272,6 @@ def cmd_alert_for(args) -> int:
     return 1
 
 
-def cmd_prometheusrule(args) -> int:
-    rules = load_rules(args.rules)
-    print(json.dumps({
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PrometheusRule",
-        "metadata": {"name": args.name, "namespace": args.namespace},
-        "spec": {"groups": rules["groups"]},
-    }))
-    return 0
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -308,11 +295,6 @@ def main() -> int:
     p.add_argument("--rules", required=True)
     p.add_argument("name")
     p.set_defaults(func=cmd_alert_for)
-    p = sub.add_parser("prometheusrule")
-    p.add_argument("--rules", required=True)
-    p.add_argument("--name", required=True)
-    p.add_argument("--namespace", required=True)
-    p.set_defaults(func=cmd_prometheusrule)
     args = parser.parse_args()
     return args.func(args)
 

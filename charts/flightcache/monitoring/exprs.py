@@ -2,12 +2,13 @@
 
     exprs.py [--var NAME=VALUE]... [--rules] DASHBOARD.json...
 
-Without --rules: one JSON object per line, {"dashboard", "panel", "ref", "expr"}, for a
-test that runs each query against a real Prometheus (pass the test cluster's values with
---var). With --rules: a Prometheus rule file with one recording rule per query, so
-`promtool check rules` checks their syntax. Variable queries (`label_values(SELECTOR,
-label)`) contribute their SELECTOR. Variables without a --var become `.*` (`$__rate_interval`
-and other interval variables `5m`). Pure: reads the files, prints to stdout.
+Without --rules: one JSON object per line, {"dashboard", "panel", "ref", "expr"}, e.g. to
+run a query by hand (the e2e test against a real Prometheus reads the dashboards with
+e2e/tests/monitoring_check.py instead). With --rules: a Prometheus rule file with one
+recording rule per query, so `promtool check rules` checks their syntax. Variable queries
+(`label_values(SELECTOR, label)`) contribute their SELECTOR. Variables without a --var become
+`.*` (`$__rate_interval` and other interval variables `5m`). Pure: reads the files, prints to
+stdout.
 """
 
 import json
