@@ -125,8 +125,16 @@ pub struct Cli {
     /// client's shorter grpc-timeout wins [default: 300s].
     #[arg(long, env = "FLIGHTCACHE_MAX_CALL_DURATION", value_parser = parse_duration)]
     pub max_call_duration: Option<Duration>,
-    /// How long a DoGet answer larger than 1 MiB may go without the client reading before
-    /// the node ends it (DEADLINE_EXCEEDED) and lets go of the entry's bytes [default: 30s].
+    /// How often the node pings each client connection over HTTP/2, idle or not
+    /// [default: 30s].
+    #[arg(long, env = "FLIGHTCACHE_HTTP2_KEEPALIVE_INTERVAL", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Option<Duration>,
+    /// How long the node waits for a ping's answer before it closes the connection (a
+    /// client that stopped reading, a peer that vanished) [default: 10s].
+    #[arg(long, env = "FLIGHTCACHE_HTTP2_KEEPALIVE_TIMEOUT", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Option<Duration>,
+    /// How long a DoGet answer may go without the client taking a frame before the node
+    /// ends it (DEADLINE_EXCEEDED) and lets go of the entry's bytes [default: 30s].
     #[arg(long, env = "FLIGHTCACHE_MAX_READ_STALL", value_parser = parse_duration)]
     pub max_read_stall: Option<Duration>,
     /// The DNS name peers reach this node by (in a pod:
@@ -254,8 +262,12 @@ pub struct Config {
     pub max_connections: usize,
     /// Longest a call's handler may run.
     pub max_call_duration: Duration,
-    /// Longest a large DoGet answer may go unread.
+    /// Longest a DoGet answer may go unread.
     pub max_read_stall: Duration,
+    /// How often each connection is pinged.
+    pub http2_keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub http2_keepalive_timeout: Duration,
     /// The name peers resolve this node by, and the IP it must resolve to, before the
     /// node reports ready.
     pub advertised: Option<Advertised>,
@@ -353,6 +365,12 @@ fn parse_advertised_lookup(value: &str) -> Result<AdvertisedLookup, String> {
     }
 }
 
+/// Default of `--http2-keepalive-interval`.
+pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Default of `--http2-keepalive-timeout`.
+pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Default of `--max-read-stall`.
 pub const DEFAULT_MAX_READ_STALL: Duration = Duration::from_secs(30);
 
@@ -415,6 +433,8 @@ impl Config {
             max_connections,
             max_call_duration,
             max_read_stall,
+            http2_keepalive_interval,
+            http2_keepalive_timeout,
             advertised_host,
             pod_ip,
             advertised_lookup,
@@ -567,6 +587,16 @@ impl Config {
                 "max-read-stall",
                 max_read_stall,
                 DEFAULT_MAX_READ_STALL,
+            )?,
+            http2_keepalive_interval: positive_duration(
+                "http2-keepalive-interval",
+                http2_keepalive_interval,
+                DEFAULT_HTTP2_KEEPALIVE_INTERVAL,
+            )?,
+            http2_keepalive_timeout: positive_duration(
+                "http2-keepalive-timeout",
+                http2_keepalive_timeout,
+                DEFAULT_HTTP2_KEEPALIVE_TIMEOUT,
             )?,
             advertised: pick_advertised(advertised_host, pod_ip, advertised_lookup)?,
             persistence: pick_persistence(

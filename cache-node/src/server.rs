@@ -140,12 +140,6 @@ pub const DISK_FLUSH_AT_STOP: Duration = Duration::from_secs(10);
 /// on the client side (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`).
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
 
-/// How often an idle HTTP/2 connection is pinged, and how long the node waits for the
-/// answer before it closes the connection.
-pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-/// See [`HTTP2_KEEPALIVE_INTERVAL`].
-pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// TCP keepalive on accepted connections (finds peers that vanished without a FIN).
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
@@ -186,6 +180,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         max_connections,
         max_call_duration,
         max_read_stall,
+        http2_keepalive_interval,
+        http2_keepalive_timeout,
         advertised,
         persistence,
     } = config;
@@ -260,7 +256,10 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         metrics: Arc::clone(&metrics),
         routing: Arc::clone(&routing),
         peers: peers.clone(),
-        max_read_stall,
+        stalled_readers: crate::wire::stall::StallWatch::start(
+            max_read_stall,
+            metrics.stalled_reads.clone(),
+        ),
     };
     let service = FlightCacheService::new(
         Arc::clone(&store),
@@ -380,8 +379,8 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
             .initial_connection_window_size(8 << 20)
             .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
             .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
-            .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+            .http2_keepalive_interval(Some(http2_keepalive_interval))
+            .http2_keepalive_timeout(Some(http2_keepalive_timeout))
             .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
             .add_service(health_service)
             .add_service(flight_service);

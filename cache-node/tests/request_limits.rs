@@ -1,7 +1,10 @@
 //! Request bounds against a real node process (issue 12): a request of any method but
 //! DoPut is refused past its size limit before it is buffered, an unauthenticated one
 //! before its body is read at all, and the node's RSS (read from /proc, the node runs as
-//! its own process) shows it; each connection is told the node's stream cap.
+//! its own process) shows it; a DoPut message over the max entry size is refused by its
+//! length; each connection is told the node's stream cap, streams past it are refused
+//! (a hand-written HTTP/2 client opens 100,000), and a connection whose pings go
+//! unanswered is closed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -422,6 +425,44 @@ async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
 }
 
 #[tokio::test]
+async fn a_small_answer_that_is_never_read_is_let_go_too() {
+    use arrow_flight::encode::FlightDataEncoderBuilder;
+    use futures::TryStreamExt;
+    let node = NodeProcess::start_with(&["--max-read-stall", "1s"], None).await;
+    let mut client = node.client().await;
+    // Three batches of ~93 KB, stored as three messages: HTTP/2 takes the first (the
+    // reader's 64 KiB window has room for a frame) and the rest waits in the answer.
+    // Answers up to 1 MiB used to go unwatched.
+    let batches = (0..3).map(|seed| Ok(common::sample_batch(3_300, seed)));
+    let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(common::path("pinned/small")))
+        .build(futures::stream::iter(batches))
+        .try_collect()
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(futures::stream::iter(messages));
+    request.metadata_mut().insert(
+        "authorization",
+        MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
+    );
+    client
+        .do_put(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap();
+    let reader = stalled_doget(&node.addr, "pinned/small").await;
+    // The limit, then the sweeper's period (a quarter of it) and margin for a busy machine.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stalled = scrape_counter(&node, "flightcache_node_stalled_reads_total").await;
+    println!("an unread ~280 KB answer of 3 messages, 1 s stall limit: {stalled} let go");
+    assert_eq!(stalled, 1.0);
+    reader.abort();
+}
+
+#[tokio::test]
 async fn two_thousand_connections_cost_little_and_the_limit_holds() {
     let node = NodeProcess::start_with(&["--max-connections", "1000"], None).await;
     let baseline = node.resident_bytes();
@@ -541,4 +582,232 @@ async fn a_put_message_over_the_max_entry_size_is_refused_before_it_is_buffered(
         scrape_counter(&node, "flightcache_node_inserts_total").await,
         0.0
     );
+}
+
+/// A hand-written HTTP/2 client, for what a well-behaved one (h2, tonic) never does:
+/// open streams past the server's advertised cap, or leave pings unanswered.
+struct RawH2 {
+    stream: tokio::net::TcpStream,
+}
+
+/// An HTTP/2 frame as read: its type and flags.
+struct RawFrame {
+    kind: u8,
+    flags: u8,
+}
+
+const FRAME_HEADERS: u8 = 0x1;
+const FRAME_RST_STREAM: u8 = 0x3;
+const FRAME_SETTINGS: u8 = 0x4;
+const FRAME_PING: u8 = 0x6;
+const FRAME_GOAWAY: u8 = 0x7;
+
+impl RawH2 {
+    /// Connects and sends the client preface with empty SETTINGS.
+    async fn connect(addr: &str) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = Self { stream };
+        raw.write_frame(FRAME_SETTINGS, 0, 0, &[]).await.unwrap();
+        raw
+    }
+
+    async fn write_frame(
+        &mut self,
+        kind: u8,
+        flags: u8,
+        stream_id: u32,
+        payload: &[u8],
+    ) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut frame = Vec::with_capacity(9 + payload.len());
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+        frame.push(kind);
+        frame.push(flags);
+        frame.extend_from_slice(&stream_id.to_be_bytes());
+        frame.extend_from_slice(payload);
+        self.stream.write_all(&frame).await
+    }
+
+    /// The next frame, `None` once the node closed the connection.
+    async fn read_frame(&mut self) -> Option<RawFrame> {
+        use tokio::io::AsyncReadExt;
+        let mut head = [0u8; 9];
+        self.stream.read_exact(&mut head).await.ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        self.stream.read_exact(&mut payload).await.ok()?;
+        Some(RawFrame {
+            kind: head[3],
+            flags: head[4],
+        })
+    }
+}
+
+/// An HPACK header block (static-table names, literal values, no Huffman coding) opening
+/// an authenticated DoPut whose request stays open.
+fn open_do_put_headers(authority: &str) -> Vec<u8> {
+    fn literal(out: &mut Vec<u8>, value: &[u8]) {
+        assert!(value.len() < 127);
+        out.push(value.len() as u8);
+        out.extend_from_slice(value);
+    }
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    block.push(0x04); // :path, literal value without indexing
+    literal(&mut block, b"/arrow.flight.protocol.FlightService/DoPut");
+    block.push(0x01); // :authority
+    literal(&mut block, authority.as_bytes());
+    block.extend_from_slice(&[0x0f, 0x10]); // content-type (static index 31)
+    literal(&mut block, b"application/grpc");
+    block.extend_from_slice(&[0x0f, 0x08]); // authorization (static index 23)
+    literal(&mut block, format!("Bearer {TOKEN}").as_bytes());
+    block
+}
+
+#[tokio::test]
+async fn a_connection_opening_streams_past_the_cap_is_refused_and_its_memory_returns() {
+    const STREAMS: u32 = 100_000;
+    let node = NodeProcess::start().await;
+    // Warm the node (a connection and a call) so the figures below are growth.
+    assert!(h2_answers(&node.addr).await.is_some());
+    let baseline = node.resident_bytes();
+
+    let (mut reader, mut writer) = RawH2::connect(&node.addr).await.stream.into_split();
+    // The reader counts the streams the node refuses, and a GOAWAY if it sends one.
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = std::sync::Arc::clone(&refused);
+    let goaway = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        loop {
+            let mut head = [0u8; 9];
+            reader.read_exact(&mut head).await.ok()?;
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            reader.read_exact(&mut payload).await.ok()?;
+            match head[3] {
+                FRAME_RST_STREAM if payload == [0, 0, 0, 7] => {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                FRAME_GOAWAY => return Some(u32::from_be_bytes(payload[4..8].try_into().ok()?)),
+                _ => {}
+            }
+        }
+    });
+    // Every stream opens an authenticated DoPut and never sends a message: each one the
+    // node admits holds a handler waiting for its first message.
+    let block = open_do_put_headers(&node.addr);
+    let mut sent = 0u32;
+    let mut peak = 0u64;
+    for i in 0..STREAMS {
+        use tokio::io::AsyncWriteExt;
+        let stream_id = 2 * i + 1;
+        let mut frame = Vec::with_capacity(9 + block.len());
+        frame.extend_from_slice(&(block.len() as u32).to_be_bytes()[1..]);
+        frame.extend_from_slice(&[FRAME_HEADERS, 0x4]); // END_HEADERS; the stream stays open
+        frame.extend_from_slice(&stream_id.to_be_bytes());
+        frame.extend_from_slice(&block);
+        if writer.write_all(&frame).await.is_err() {
+            break;
+        }
+        sent += 1;
+        if i % 10_000 == 0 {
+            peak = peak.max(node.resident_bytes());
+        }
+    }
+    // Until the node has answered what it read (or closed the connection).
+    let mut last = u32::MAX;
+    while !goaway.is_finished() && refused.load(std::sync::atomic::Ordering::Relaxed) != last {
+        last = refused.load(std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    peak = peak.max(node.resident_bytes());
+    let refused = refused.load(std::sync::atomic::Ordering::Relaxed);
+    // The client goes away.
+    drop(writer);
+    let goaway = tokio::time::timeout(Duration::from_secs(10), goaway)
+        .await
+        .map(|answer| answer.ok().flatten())
+        .unwrap_or(None);
+    // The node let go of the connection's streams; RSS back near the baseline.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = node.resident_bytes();
+    let mib = |bytes: u64| bytes.saturating_sub(baseline) as f64 / f64::from(1 << 20);
+    println!(
+        "{sent} of {STREAMS} streams sent on one connection: {refused} refused (REFUSED_STREAM), \
+         GOAWAY {goaway:?}; RSS +{:.1} MiB at the peak, +{:.1} MiB after the connection closed",
+        mib(peak),
+        mib(after)
+    );
+    assert!(refused > 0, "streams past the cap of 256 are refused");
+    // Budget: 256 admitted DoPut handlers and their h2 streams (a few KiB each) plus the
+    // connection's buffers and 8 MiB of allocator slack; the run of the issue took
+    // ~437 MiB and kept it after the connection closed.
+    let budget: u64 = 16 << 20;
+    assert!(peak.saturating_sub(baseline) < budget, "peak {peak}");
+    assert!(after.saturating_sub(baseline) < budget, "after {after}");
+    assert!(
+        h2_answers(&node.addr).await.is_some(),
+        "the node still answers"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_leaves_pings_unanswered_is_closed() {
+    let node = NodeProcess::start_with(
+        &[
+            "--http2-keepalive-interval",
+            "1s",
+            "--http2-keepalive-timeout",
+            "1s",
+        ],
+        None,
+    )
+    .await;
+    // A client that answers pings (h2 does) keeps its connection past several rounds.
+    let mut kept = h2_answers(&node.addr).await.expect("an h2 connection");
+
+    let started = Instant::now();
+    let mut raw = RawH2::connect(&node.addr).await;
+    let mut pings = 0;
+    let closed_after = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(frame) = raw.read_frame().await {
+            match frame.kind {
+                // Acknowledge the node's settings, never its pings.
+                FRAME_SETTINGS if frame.flags & 0x1 == 0 => {
+                    raw.write_frame(FRAME_SETTINGS, 0x1, 0, &[]).await.unwrap();
+                }
+                FRAME_PING if frame.flags & 0x1 == 0 => pings += 1,
+                _ => {}
+            }
+        }
+        started.elapsed()
+    })
+    .await
+    .expect("the node closes a connection whose pings go unanswered");
+    println!(
+        "pinged every 1 s with a 1 s timeout: {pings} ping(s) unanswered, connection closed after {closed_after:?}"
+    );
+    assert!(pings >= 1, "the node pinged");
+    // Budget: one interval to the first ping, one timeout for its answer, one more
+    // interval of timer granularity.
+    assert!(closed_after < Duration::from_secs(4), "{closed_after:?}");
+    // The well-behaved connection is still up and answers.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{}/arrow.flight.protocol.FlightService/GetFlightInfo",
+            node.addr
+        ))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    kept = kept.ready().await.expect("the h2 connection is still open");
+    let (response, _) = kept.send_request(request, true).unwrap();
+    let answer = response.await.unwrap();
+    assert_eq!(answer.headers()["grpc-status"], "16");
 }

@@ -10,6 +10,8 @@
 //!   DoPut (small for unary calls and for the unauthenticated Handshake).
 //! - [`relay`]: a tower layer in front of DoGet that answers a local hit with the stored
 //!   frames and relays a forwarded DoGet frame by frame.
+//! - [`stall`]: the register of open stored-frames answers and the sweeper that lets go
+//!   of those whose reader stopped reading.
 //! - [`tls`]: TLS on the Flight port with a certificate that reloads when its files
 //!   change, and handshakes that never hold up accepting.
 //!
@@ -21,4 +23,5 @@ pub mod intake;
 pub mod limits;
 pub mod relay;
 pub mod seal;
+pub mod stall;
 pub mod tls;

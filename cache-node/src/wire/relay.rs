@@ -41,11 +41,9 @@ use crate::metrics::RpcTimer;
 use crate::routing::members::RoutingTable;
 use crate::routing::members::{Peer, Route};
 use crate::store::Store;
+use crate::wire::stall::{Answer, Next, StallWatch};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-use parking_lot::Mutex;
 
 /// The gRPC path of DoGet.
 const DO_GET_PATH: &str = "/arrow.flight.protocol.FlightService/DoGet";
@@ -65,14 +63,10 @@ pub struct RelayNode {
     pub routing: Arc<RoutingTable>,
     /// The pooled channels to peers (shared with the Flight service).
     pub peers: Peers,
-    /// How long a local hit's answer may go without the client taking a frame before
-    /// the node ends it and lets go of the entry's bytes.
-    pub max_read_stall: Duration,
+    /// Ends a local hit's answer whose client takes no frame for the stall limit, and
+    /// lets go of the entry's bytes.
+    pub stalled_readers: StallWatch,
 }
-
-/// Answers up to this many bytes are not watched for a stalled reader: they are handed
-/// to HTTP/2 at once, so a reader that never reads pins at most this much per stream.
-pub const MAX_UNWATCHED_ANSWER_BYTES: usize = 1 << 20;
 
 /// The Flight server `S` with DoGet hits served from stored frames and forwarded DoGets
 /// relayed at the HTTP/2 level. Only DoGet is touched.
@@ -235,28 +229,15 @@ impl RelayNode {
             return None;
         };
         let mut frames = Vec::with_capacity(entry.wire_messages().len() * 2);
-        let mut bytes = 0;
         for message in entry.wire_messages() {
-            bytes += message.head().len() + message.body().len();
             frames.push(message.head().clone());
             if !message.body().is_empty() {
                 frames.push(message.body().clone());
             }
         }
-        let frames = Arc::new(Mutex::new(Some(frames.into_iter())));
-        let progress = Arc::new(ReadProgress::new());
-        if bytes > MAX_UNWATCHED_ANSWER_BYTES {
-            tokio::spawn(watch_stalled_reader(
-                Arc::downgrade(&frames),
-                Arc::clone(&progress),
-                self.max_read_stall,
-                self.metrics.stalled_reads.clone(),
-            ));
-        }
         let body = StoredFrames {
-            frames,
-            progress,
-            max_read_stall: self.max_read_stall,
+            answer: self.stalled_readers.watch(frames),
+            max_read_stall: self.stalled_readers.max_stall(),
             timer: Some(timer),
         };
         http::Response::builder()
@@ -267,78 +248,12 @@ impl RelayNode {
     }
 }
 
-/// The frames of an answer not yet taken by HTTP/2; `None` once a stalled reader's
-/// frames were let go.
-type PendingFrames = Mutex<Option<std::vec::IntoIter<Bytes>>>;
-
-/// When the reader of an answer last took a frame (milliseconds since the answer began),
-/// and whether it took them all.
-struct ReadProgress {
-    started: std::time::Instant,
-    last_taken_ms: AtomicU64,
-    done: AtomicBool,
-}
-
-impl ReadProgress {
-    fn new() -> Self {
-        Self {
-            started: std::time::Instant::now(),
-            last_taken_ms: AtomicU64::new(0),
-            done: AtomicBool::new(false),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-}
-
-/// Lets go of an answer's frames once its reader has taken none for `max_stall`: HTTP/2
-/// polls an answer's body only when the client's window has room, so a client that never
-/// reads would otherwise pin the entry's bytes (every replaced version of it) for as long
-/// as its connection lives. Holds the frames weakly: an answer that ends or is dropped
-/// ends the watch.
-async fn watch_stalled_reader(
-    frames: std::sync::Weak<PendingFrames>,
-    progress: Arc<ReadProgress>,
-    max_stall: Duration,
-    stalled_reads: prometheus_client::metrics::counter::Counter,
-) {
-    let stall_ms = u64::try_from(max_stall.as_millis()).unwrap_or(u64::MAX);
-    loop {
-        let since = progress
-            .now_ms()
-            .saturating_sub(progress.last_taken_ms.load(Ordering::Relaxed));
-        let wait = stall_ms.saturating_sub(since).max(1);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        if progress.done.load(Ordering::Relaxed) {
-            return;
-        }
-        let Some(frames) = frames.upgrade() else {
-            return;
-        };
-        let since = progress
-            .now_ms()
-            .saturating_sub(progress.last_taken_ms.load(Ordering::Relaxed));
-        if since >= stall_ms {
-            frames.lock().take();
-            stalled_reads.inc();
-            tracing::debug!(
-                ?max_stall,
-                "a DoGet answer was not read: its frames are let go"
-            );
-            return;
-        }
-    }
-}
-
 /// A DoGet answer from stored frames, then `grpc-status: 0` trailers. Records the RPC
 /// as OK when the trailers are taken (CANCELLED, by the timer's drop, if the client
 /// goes away first); a reader that stalled past the limit gets DEADLINE_EXCEEDED when it
 /// reads again (the frames were let go).
 struct StoredFrames {
-    frames: Arc<PendingFrames>,
-    progress: Arc<ReadProgress>,
+    answer: Arc<Answer>,
     max_read_stall: Duration,
     timer: Option<RpcTimer>,
 }
@@ -351,10 +266,10 @@ impl HttpBody for StoredFrames {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let next = self.frames.lock().as_mut().map(Iterator::next);
-        let next = match next {
-            Some(next) => next,
-            None => {
+        match self.answer.take() {
+            Next::Frame(frame) => return Poll::Ready(Some(Ok(Frame::data(frame)))),
+            Next::End => {}
+            Next::LetGo => {
                 if let Some(timer) = self.timer.take() {
                     timer.finish(Code::DeadlineExceeded);
                 }
@@ -363,16 +278,10 @@ impl HttpBody for StoredFrames {
                     self.max_read_stall.as_secs()
                 )))));
             }
-        };
-        if let Some(frame) = next {
-            let now = self.progress.now_ms();
-            self.progress.last_taken_ms.store(now, Ordering::Relaxed);
-            return Poll::Ready(Some(Ok(Frame::data(frame))));
         }
         let Some(timer) = self.timer.take() else {
             return Poll::Ready(None);
         };
-        self.progress.done.store(true, Ordering::Relaxed);
         timer.finish(Code::Ok);
         let mut trailers = http::HeaderMap::new();
         trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
@@ -380,12 +289,7 @@ impl HttpBody for StoredFrames {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.timer.is_none()
-            && self
-                .frames
-                .lock()
-                .as_ref()
-                .is_none_or(|frames| frames.len() == 0)
+        self.timer.is_none() && self.answer.is_empty()
     }
 }
 
