@@ -77,6 +77,10 @@ async fn every_call(client: &mut FlightClient, key: &str) -> Vec<(String, Outcom
     );
     record("DoGet", outcome(get(client, path_ticket(key)).await));
     record(
+        "Handshake",
+        outcome(client.handshake(Bytes::from_static(b"hello")).await),
+    );
+    record(
         "GetFlightInfo",
         outcome(client.get_flight_info(path(key)).await),
     );
@@ -159,7 +163,7 @@ async fn every_rpc_and_action_answers_each_credential_as_the_matrix_says() {
             }
         }
     }
-    assert_eq!(checked, 5 * 2 * (6 + AdminAction::ALL.len()));
+    assert_eq!(checked, 5 * 2 * (7 + AdminAction::ALL.len()));
     println!("{checked} calls checked against the credential matrix");
     cluster.shutdown().await;
 }

@@ -164,6 +164,25 @@ async fn oversized_requests_are_refused_before_they_are_buffered() {
     assert!(unauthenticated < budget, "{unauthenticated} >= {budget}");
     assert!(authenticated < budget, "{authenticated} >= {budget}");
 
+    // The same through the DoGet relay, which sits inside authentication: a 60 MiB
+    // ticket is refused from its headers without a token, at 1 MiB with one.
+    let big_ticket = || arrow_flight::Ticket {
+        ticket: Bytes::from(vec![b'x'; 60 << 20]),
+    };
+    let before_get = node.resident_bytes();
+    let err = client.do_get(big_ticket()).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    let mut request = tonic::Request::new(big_ticket());
+    request.metadata_mut().insert(
+        "authorization",
+        MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
+    );
+    let err = client.do_get(request).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    let get_growth = node.resident_bytes().saturating_sub(before_get);
+    println!("60 MiB DoGet tickets, without and with a token: RSS grew {get_growth} bytes");
+    assert!(get_growth < budget, "{get_growth} >= {budget}");
+
     // A Handshake, read before authentication, is bounded at 64 KiB.
     let handshake = arrow_flight::HandshakeRequest {
         protocol_version: 0,

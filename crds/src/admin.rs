@@ -713,4 +713,45 @@ mod tests {
         assert_eq!(err, HeldBodyError::TooManyKeys);
         assert!(err.to_string().contains("1024"), "{err}");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Any text as a `rebalance` body: the request or an error, never a panic; only a
+        /// blank body or a JSON object is accepted.
+        #[test]
+        fn any_rebalance_body_is_a_request_or_an_error(
+            text in r#"[\[\]{}",:0-9a-zA-Z .-]{0,80}"#,
+        ) {
+            if RebalanceRequest::from_body(text.as_bytes()).is_ok() && !text.trim().is_empty() {
+                let value: Value = serde_json::from_str(&text).unwrap();
+                proptest::prop_assert!(value.is_object(), "{text}");
+            }
+        }
+
+        /// Any bytes as a `held` body: the keys or an error, never a panic; what is
+        /// accepted is at most MAX_KEYS keys that encode back to exactly the body.
+        #[test]
+        fn any_held_body_is_its_keys_or_an_error(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        ) {
+            if let Ok(keys) = HeldRequest::decode(&body) {
+                proptest::prop_assert!(!keys.is_empty() && keys.len() <= HeldRequest::MAX_KEYS);
+                let request = HeldRequest { keys: keys.iter().map(|key| key.to_vec()).collect() };
+                proptest::prop_assert_eq!(request.encode(), body);
+            }
+        }
+
+        /// Well-formed `held` bodies of any keys read back as those keys.
+        #[test]
+        fn held_requests_round_trip(
+            keys in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), 1..20),
+        ) {
+            let request = HeldRequest { keys };
+            let body = request.encode();
+            let decoded = HeldRequest::decode(&body).unwrap();
+            proptest::prop_assert_eq!(decoded, request.keys.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        }
+    }
 }

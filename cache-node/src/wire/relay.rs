@@ -113,9 +113,9 @@ where
         let service = self.node.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let Some(message) = read_small_body(body).await else {
-                let status = Status::invalid_argument("unreadable DoGet request");
-                return Ok(status.into_http());
+            let message = match read_small_body(body).await {
+                Ok(message) => message,
+                Err(status) => return Ok(status.into_http()),
             };
             if let Some(response) = service.relay_do_get(&parts, &message).await {
                 return Ok(response);
@@ -345,23 +345,27 @@ fn add_forwarding_headers(
     }
 }
 
-/// Reads a request body of at most [`MAX_REQUEST_BYTES`]; `None` if it is larger or
-/// fails.
-async fn read_small_body(mut body: Body) -> Option<Bytes> {
+/// Reads a request body of at most [`MAX_REQUEST_BYTES`]; RESOURCE_EXHAUSTED (as the
+/// request limit answers) if it is larger, the body's own error if it fails.
+async fn read_small_body(mut body: Body) -> Result<Bytes, Status> {
     let mut collected = BytesMut::new();
     loop {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
         match frame {
-            None => return Some(collected.freeze()),
+            None => return Ok(collected.freeze()),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     if collected.len() + data.len() > MAX_REQUEST_BYTES {
-                        return None;
+                        return Err(Status::resource_exhausted(format!(
+                            "a DoGet request is at most {MAX_REQUEST_BYTES} bytes (a ticket \
+                             names one key of at most 64 KiB)"
+                        )));
                     }
                     collected.extend_from_slice(&data);
                 }
             }
-            Some(Err(_)) => return None,
+            // The request limit's refusal (or a broken stream), answered as it is.
+            Some(Err(status)) => return Err(status),
         }
     }
 }

@@ -119,14 +119,15 @@ pub struct CacheClusterSpec {
     #[serde(default = "defaults::port")]
     pub port: i32,
 
-    /// Client authentication, on by default: every Flight call but `Handshake` must carry
-    /// `authorization: Bearer <token>` with a token from the Secret `auth.secretName`
+    /// Client authentication, on by default: every Flight call (`Handshake` included) must
+    /// carry `authorization: Bearer <token>` with a token from the Secret `auth.secretName`
     /// names, or, when it names none (or `auth` is unset), from the Secret
     /// `<cluster>-client-token` (key `token`) that the operator generates and owns;
     /// `status.clientTokenSecret` names the Secret in use. `auth.disabled: true` serves
     /// clients without a token. Either way the admin actions (configure, stats, topology,
-    /// clear, rebalance) need the cluster's admin token and nodes call each other with a
-    /// peer token, both in the operator-owned Secret `<cluster>-internal`.
+    /// clear, rebalance, held) need the cluster's admin token (peers may also clear and ask
+    /// held) and nodes call each other with a peer token, both in the operator-owned
+    /// Secret `<cluster>-internal`.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
