@@ -787,3 +787,42 @@ async fn an_owner_that_accepts_but_never_answers_costs_a_miss_not_a_hang() {
     held.abort();
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_pool_listing_answers_at_most_the_cap_the_pools_first_keys_first() {
+    use futures::TryStreamExt;
+    let cluster = Cluster::start(2).await;
+    let cap = cache_node::flight::MAX_LISTED_FLIGHTS;
+    let batch = sample_batch(1, 0);
+    // 12,000 keys over the two nodes, alternating (stored directly, wherever they land):
+    // each node lists 6,000, the merge has 12,000 and answers the first 10,000 by key.
+    for i in 0..cap + 2_000 {
+        let key = cache_node::key::CacheKey::Path(format!("k/{i:06}"));
+        cluster
+            .node(i % 2)
+            .store
+            .begin_put(key.to_store_bytes())
+            .commit(batch.schema(), vec![batch.clone()], None)
+            .unwrap();
+    }
+    let mut client = cluster.client(0).await;
+    let listed: Vec<String> = client
+        .list_flights(bytes::Bytes::new())
+        .await
+        .unwrap()
+        .map_ok(|info| info.flight_descriptor.unwrap().path.join("/"))
+        .try_collect()
+        .await
+        .unwrap();
+    let expected: Vec<String> = (0..cap).map(|i| format!("k/{i:06}")).collect();
+    assert_eq!(
+        listed.len(),
+        cap,
+        "the pool's 12,000 keys are cut at the cap"
+    );
+    assert!(
+        listed == expected,
+        "the first keys of both nodes, in key order"
+    );
+    cluster.shutdown().await;
+}
