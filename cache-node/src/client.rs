@@ -32,7 +32,7 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::flight::MAX_FLIGHT_DATA_BYTES;
-use crate::flight::ticket::CacheTicket;
+use crate::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::routing::members::Membership;
 

@@ -6,7 +6,8 @@
 //! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC, no Flight.
 //! - [`wire`]: all gRPC/HTTP/2 framing: sealing entries into frames, DoPut intake
 //!   reservations, serving stored frames and relaying forwarded DoGets.
-//! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
+//! - [`ticket`]: the ticket wire format, read by the Flight adapter and the DoGet relay.
+//! - [`flight`]: the Flight service adapter, DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
@@ -26,4 +27,5 @@ pub mod routing;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod ticket;
 pub mod wire;

@@ -21,7 +21,7 @@ use crds::admin;
 use crds::node_config::{self, NodeDocument};
 
 use crate::error::{Error, Result};
-use crate::flight::ticket::CacheTicket;
+use crate::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::live::{LiveConfig, apply_document};
 use crate::routing::members::RoutingTable;

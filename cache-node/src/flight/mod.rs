@@ -20,7 +20,6 @@ pub use list::MAX_LISTED_FLIGHTS;
 pub mod put;
 pub mod rebalance;
 mod replica;
-pub mod ticket;
 
 use std::sync::Arc;
 
@@ -46,7 +45,7 @@ use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, Store};
-use ticket::CacheTicket;
+use crate::ticket::CacheTicket;
 
 /// Every streaming answer of the service.
 pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;

@@ -414,7 +414,7 @@ impl FlightCacheService {
             // Best effort; at worst a key the owners could have served becomes a miss.
             let undo = arrow_flight::Action::new(
                 "invalidate",
-                super::ticket::CacheTicket::new(key.clone()).encode(),
+                crate::ticket::CacheTicket::new(key.clone()).encode(),
             );
             for peer in &peers {
                 let undone =

@@ -35,7 +35,7 @@ use tonic::server::NamedService;
 use tonic::{Code, Status};
 
 use crate::flight::forward::{self, CALL_TIMEOUT, PeerError, Peers};
-use crate::flight::ticket::CacheTicket;
+use crate::ticket::CacheTicket;
 use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
 use crate::routing::members::RoutingTable;
