@@ -32,9 +32,9 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::flight::MAX_FLIGHT_DATA_BYTES;
-use crate::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::routing::members::Membership;
+use crate::ticket::CacheTicket;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 

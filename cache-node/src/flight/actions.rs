@@ -14,19 +14,19 @@
 //! | `held` | up to 1,024 keys' store bytes, each after its length (u32, big-endian; `crds::admin::HeldRequest`) | `{"held": [true, false]}`: which of them this node's store holds (a peer's batched copy check, see `rebalance.rs`; admin or peer credential) |
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
-//! on every member (the Flight adapter forwards them; see `flight::forward`).
+//! on every member (the cluster layer forwards them; see `cluster::forward`, `cluster::fan_out`).
 
 use bytes::Bytes;
 use crds::admin;
 use crds::node_config::{self, NodeDocument};
 
 use crate::error::{Error, Result};
-use crate::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::live::{LiveConfig, apply_document};
 use crate::routing::members::RoutingTable;
 use crate::routing::ring::MemberState;
 use crate::store::{EvictionPolicy, RemovalCause, Store, TtlMode};
+use crate::ticket::CacheTicket;
 use crds::chain;
 
 /// An action this node offers: the contract's action type (`crds::admin`), so the node,

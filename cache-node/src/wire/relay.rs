@@ -34,13 +34,13 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use crate::flight::forward::{self, CALL_TIMEOUT, PeerError, Peers};
-use crate::ticket::CacheTicket;
+use crate::cluster::forward::{self, CALL_TIMEOUT, PeerError, Peers};
 use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
 use crate::routing::members::RoutingTable;
 use crate::routing::members::{Peer, Route};
 use crate::store::Store;
+use crate::ticket::CacheTicket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -434,10 +434,10 @@ fn add_forwarding_headers(
     }
     headers.insert(forward::RING_VERSION_HEADER, sender.ring_version.into());
     // The owner coalesces the miss, so it must see the caller's request to.
-    if let Some(coalesce) = incoming.get(crate::flight::lease::COALESCE_HEADER)
+    if let Some(coalesce) = incoming.get(crate::cluster::lease::COALESCE_HEADER)
         && let Ok(value) = coalesce.to_str().unwrap_or_default().parse()
     {
-        headers.insert(crate::flight::lease::COALESCE_HEADER, value);
+        headers.insert(crate::cluster::lease::COALESCE_HEADER, value);
     }
 }
 

@@ -17,7 +17,9 @@
 //! Any answer from the owner itself (NOT_FOUND, RESOURCE_EXHAUSTED, …) is passed on as is.
 //!
 //! Owns: calls to peers over one pooled channel each, counted in
-//! `flightcache_node_forwarded_total` / `peer_errors_total`. Must not import `wire/`.
+//! `flightcache_node_forwarded_total` / `peer_errors_total`, and the forwarding headers
+//! (the DoGet relay, `wire::relay`, sends them too). A Flight *client*: must not import
+//! the Flight server side, `flight/` or `wire/` (see the `cluster` module docs).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,12 +37,14 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Request, Status, Streaming};
 
 use crate::error::{Error, Result};
-use crate::flight::FlightStream;
 use crate::key::CacheKey;
 use crate::metrics::Metrics;
 use crate::routing::health::PeerHealth;
 use crate::routing::members::{ForwardedBy, Peer};
 use crate::store::{Entry, Lifetime};
+
+/// Every streaming answer: of the Flight service, and of a peer relayed through it.
+pub type FlightStream<T> = futures::stream::BoxStream<'static, std::result::Result<T, Status>>;
 
 /// Header naming the member that forwarded a request.
 pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
