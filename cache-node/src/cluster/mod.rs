@@ -64,12 +64,15 @@ pub enum ForwardedPut {
     Relayed(FlightStream<PutResult>),
     /// The owner could not be reached and this node is the key's next candidate: the
     /// caller stores the upload here as a fallback copy ([`WriteKind::Fallback`]).
-    StoreHere {
-        /// The first message (already read to find the key).
-        first: FlightData,
-        /// The rest of the client's stream, not read yet.
-        rest: Streaming<FlightData>,
-    },
+    StoreHere(Box<Upload>),
+}
+
+/// A client's DoPut upload, untouched but for its first message.
+pub struct Upload {
+    /// The first message (already read to find the key).
+    pub first: FlightData,
+    /// The rest of the client's stream, not read yet.
+    pub rest: Streaming<FlightData>,
 }
 
 impl Cluster {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use tonic::metadata::MetadataMap;
 
 use super::forward::{self, WriteKind};
-use super::{Cluster, ForwardedPut};
+use super::{Cluster, ForwardedPut, Upload};
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
 use crate::routing::members::{Peer, Route};
@@ -293,7 +293,7 @@ impl Cluster {
             Some(Route::Local) => {
                 self.metrics.fallback_writes.inc();
                 tracing::debug!(owner = %owner.id, %key, "owner unreachable: the put is stored here");
-                Ok(ForwardedPut::StoreHere { first, rest })
+                Ok(ForwardedPut::StoreHere(Box::new(Upload { first, rest })))
             }
             Some(Route::Forward(next)) if next != *owner => {
                 let sender = self.sender();

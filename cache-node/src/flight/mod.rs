@@ -35,7 +35,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Caller};
 use crate::cluster::forward::{self, Peers, WriteKind};
-use crate::cluster::{Cluster, ForwardedPut, lease};
+use crate::cluster::{Cluster, ForwardedPut, Upload, lease};
 use crate::error::Error;
 use crate::key::CacheKey;
 use crate::live::LiveConfig;
@@ -500,7 +500,8 @@ impl FlightService for FlightCacheService {
                         .await?;
                     match forwarded {
                         ForwardedPut::Relayed(answer) => Ok(answer),
-                        ForwardedPut::StoreHere { first, rest } => {
+                        ForwardedPut::StoreHere(upload) => {
+                            let Upload { first, rest } = *upload;
                             let copy = Some(WriteKind::Fallback);
                             self.store_put(key, first, rest, &metadata, copy).await
                         }
