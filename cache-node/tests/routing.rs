@@ -312,7 +312,7 @@ async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_chang
     );
     assert_eq!(client.get(&path(&key)).await.unwrap(), vec![batch]);
     assert!(client.invalidate(&path(&key)).await.unwrap());
-    assert_eq!(client.lease(&path(&key)).await.unwrap()["lease"], "granted");
+    assert_eq!(client.lease(&path(&key)).await.unwrap().as_str(), "granted");
     let err = client.get(&path(&key)).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::NotFound));
     cluster.shutdown().await;

@@ -107,7 +107,7 @@ impl FlightCacheService {
         self.cluster
             .stored(&key, copy, summary.kept_existing, summary.bytes, metadata)
             .await;
-        let metadata = serde_json::to_vec(&summary).unwrap_or_default();
+        let metadata = admin::encode(&summary);
         let reply = PutResult {
             app_metadata: Bytes::from(metadata),
         };
