@@ -14,7 +14,11 @@
 //!   change, and handshakes that never hold up accepting.
 //!
 //! `flight/` must not import `intake` or `relay` internals: it only mounts the layers
-//! (`server.rs`) and uses [`seal`] through the store's sealed types.
+//! (`server.rs`) and uses [`seal`] through the store's sealed types. The wire layer in
+//! turn must not import `flight/`: the relay reads tickets through `crate::ticket` and
+//! calls owners and reads the lease header through the cluster layer
+//! (`crate::cluster::forward`, `crate::cluster::lease`). Both checked by
+//! `scripts/check-layers`.
 
 pub mod accept;
 pub mod intake;
