@@ -43,6 +43,7 @@ use crate::metrics::Metrics;
 use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, Store};
 use crate::ticket::CacheTicket;
+use crate::wire::hit::StoredHit;
 
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
@@ -55,6 +56,10 @@ const HANDSHAKE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 pub const HANDSHAKE_FIRST_MESSAGE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The Flight service of one cache node.
+///
+/// Served behind the DoGet relay (`wire::relay::DoGetRelay`, stacked in `server.rs`): a
+/// DoGet hit found here is answered with an empty stream carrying a `wire::hit::StoredHit`,
+/// which the relay sends as the entry's stored frames.
 #[derive(Debug, Clone)]
 pub struct FlightCacheService {
     store: Arc<Store>,
@@ -161,15 +166,12 @@ impl FlightCacheService {
     }
 }
 
-/// A stored entry as a FlightData stream: its stored messages (schema first), shared,
-/// not encoded again.
-fn encode_entry(entry: &Entry) -> FlightStream<FlightData> {
-    let messages: Vec<_> = entry
-        .wire_messages()
-        .iter()
-        .map(|message| Ok(message.to_flight_data()))
-        .collect();
-    futures::stream::iter(messages).boxed()
+/// What a DoGet found.
+enum DoGetAnswer {
+    /// A hit here: the DoGet relay in front sends its stored frames (`wire::hit`).
+    Stored(Arc<Entry>),
+    /// A peer's answer, relayed message by message.
+    Relayed(FlightStream<FlightData>),
 }
 
 /// Finishes `timer` with the outcome of `result` and converts errors to a Status.
@@ -437,7 +439,7 @@ impl FlightService for FlightCacheService {
                         let entry = entry.ok_or_else(|| Error::UnknownKey {
                             key: key.to_string(),
                         })?;
-                        Ok(encode_entry(&entry))
+                        Ok(DoGetAnswer::Stored(entry))
                     },
                     |peer, sender| {
                         let ticket = ticket.clone();
@@ -447,7 +449,7 @@ impl FlightService for FlightCacheService {
                             let stream =
                                 forward::do_get(peers, &peer, &sender, ticket, metadata).await?;
                             relayed.store(true, std::sync::atomic::Ordering::Relaxed);
-                            Ok(stream)
+                            Ok(DoGetAnswer::Relayed(stream))
                         }
                     },
                 )
@@ -461,7 +463,7 @@ impl FlightService for FlightCacheService {
                         && matches!(self.cluster.route(&key, &metadata), Ok(Route::Local)) =>
                 {
                     let entry = self.cluster.coalesce_miss(&key).await?;
-                    Ok(encode_entry(&entry))
+                    Ok(DoGetAnswer::Stored(entry))
                 }
                 other => other,
             }
@@ -471,7 +473,15 @@ impl FlightService for FlightCacheService {
             timer.set_forwarded();
         }
         match result {
-            Ok(stream) => Ok(Response::new(timed(stream, timer))),
+            Ok(DoGetAnswer::Relayed(stream)) => Ok(Response::new(timed(stream, timer))),
+            Ok(DoGetAnswer::Stored(entry)) => {
+                // The relay in front sends the entry's stored frames and records the RPC.
+                let mut response = Response::new(futures::stream::empty().boxed());
+                response
+                    .extensions_mut()
+                    .insert(StoredHit::new(entry, timer));
+                Ok(response)
+            }
             Err(err) => finish(timer, Err(err)),
         }
     }

@@ -41,8 +41,9 @@ use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
 use crate::routing::members::RoutingTable;
 use crate::routing::members::{Peer, Route};
-use crate::store::Store;
+use crate::store::{Entry, Store};
 use crate::ticket::CacheTicket;
+use crate::wire::hit::StoredHit;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -129,7 +130,8 @@ where
                 return Ok(response);
             }
             let request = http::Request::from_parts(parts, Body::new(Once(Some(message))));
-            inner.call(request).await
+            let response = inner.call(request).await?;
+            Ok(service.send_handed_over_hit(response))
         })
     }
 }
@@ -236,6 +238,27 @@ impl RelayNode {
             timer.discard();
             return None;
         };
+        Some(self.stored_answer(&entry, timer))
+    }
+
+    /// The normal path's answer to a DoGet, with a hit it found (`wire::hit`) sent as
+    /// that entry's stored frames.
+    fn send_handed_over_hit(&self, response: http::Response<Body>) -> http::Response<Body> {
+        let hit = response
+            .extensions()
+            .get::<StoredHit>()
+            .and_then(StoredHit::take);
+        match hit {
+            Some((entry, timer)) => self.stored_answer(&entry, timer),
+            None => response,
+        }
+    }
+
+    /// The one place a hit becomes its answer: the entry's stored messages (schema
+    /// first) as their gRPC frames, unencoded and uncopied, then `grpc-status: 0`; a
+    /// reader that stalls on an answer over [`MAX_UNWATCHED_ANSWER_BYTES`] is let go.
+    /// `timer` records the RPC when the answer ends.
+    fn stored_answer(&self, entry: &Entry, timer: RpcTimer) -> http::Response<Body> {
         let mut frames = Vec::with_capacity(entry.wire_messages().len() * 2);
         let mut bytes = 0;
         for message in entry.wire_messages() {
@@ -261,11 +284,12 @@ impl RelayNode {
             max_read_stall: self.max_read_stall,
             timer: Some(timer),
         };
-        http::Response::builder()
-            .status(http::StatusCode::OK)
-            .header(http::header::CONTENT_TYPE, "application/grpc")
-            .body(Body::new(body))
-            .ok()
+        let mut response = http::Response::new(Body::new(body));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        response
     }
 }
 
