@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{Auth, AuthLayer};
-use crate::cluster::forward::Peers;
+use crate::cluster::peers::Peers;
 use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::live::LiveConfig;

@@ -1,7 +1,8 @@
 //! The cluster layer: what a node does with its peers.
 //!
-//! - [`forward`]: calls to peers over one pooled channel each (the forwarding headers,
-//!   peer health, relayed DoGet/DoPut/GetFlightInfo/GetSchema/DoAction/ListFlights).
+//! - [`peers`]: one pooled channel per peer (TLS, peer credential, peer health).
+//! - [`forward`]: calls to peers over those channels (the forwarding headers, relayed
+//!   DoGet/DoPut/GetFlightInfo/GetSchema/DoAction/ListFlights).
 //! - `replica`: a key's copies: the owner's replica write, reads that go from copy to
 //!   copy (and to previous holders and the next candidate), read repair, fallback
 //!   writes, invalidating every copy.
@@ -22,6 +23,7 @@ pub mod exit;
 pub mod fan_out;
 pub mod forward;
 pub mod lease;
+pub mod peers;
 pub mod rebalance;
 mod replica;
 
@@ -51,7 +53,7 @@ pub struct Cluster {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
     routing: Arc<RoutingTable>,
-    peers: forward::Peers,
+    peers: peers::Peers,
     leases: Arc<lease::Leases>,
     /// Read repairs in flight (see `replica.rs`).
     repairs: Arc<tokio::sync::Semaphore>,
@@ -82,7 +84,7 @@ impl Cluster {
         store: Arc<Store>,
         metrics: Arc<Metrics>,
         routing: Arc<RoutingTable>,
-        peers: forward::Peers,
+        peers: peers::Peers,
     ) -> Self {
         Self {
             store,
@@ -100,7 +102,7 @@ impl Cluster {
     }
 
     /// The pooled channels to peers.
-    pub fn peers(&self) -> &forward::Peers {
+    pub fn peers(&self) -> &peers::Peers {
         &self.peers
     }
 

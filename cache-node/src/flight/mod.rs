@@ -34,7 +34,8 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Caller};
-use crate::cluster::forward::{self, Peers, WriteKind};
+use crate::cluster::forward::{self, WriteKind};
+use crate::cluster::peers::Peers;
 use crate::cluster::{Cluster, ForwardedPut, Upload, lease};
 use crate::error::Error;
 use crate::key::CacheKey;

@@ -36,7 +36,8 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use crate::cluster::forward::{self, CALL_TIMEOUT, PeerError, Peers};
+use crate::cluster::forward::{self, CALL_TIMEOUT};
+use crate::cluster::peers::{PeerError, Peers};
 use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
 use crate::routing::members::RoutingTable;
