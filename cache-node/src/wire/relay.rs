@@ -19,6 +19,9 @@
 //! (`x-flightcache-read: held`), an owner that cannot be reached (the normal
 //! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
+//! A hit the normal path finds comes back as an empty answer carrying a
+//! `wire::hit::StoredHit`, and is sent from its stored frames like the relay's own
+//! (`stored_answer`, the one place a hit becomes its answer).
 //! Does network I/O. Must not import the Flight adapter (`flight/`, checked by
 //! `scripts/check-layers`): tickets come from `crate::ticket`, the peer channels, the
 //! forwarding headers and the lease header from the cluster layer (`crate::cluster`).
