@@ -25,16 +25,17 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
 use bytes::Bytes;
-use crds::node_config::{Topology, TopologyMember};
+use crds::admin::{self, AdminAction, InvalidateAnswer, LeaseAnswer, PutAnswer, TopologyAnswer};
+use crds::node_config::Topology;
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::flight::MAX_FLIGHT_DATA_BYTES;
-use crate::flight::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::routing::members::Membership;
+use crate::ticket::CacheTicket;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -200,15 +201,16 @@ impl RingClient {
             .unwrap_or_else(|| self.seed.clone())
     }
 
-    /// Stores `batches` under `descriptor` on its owner; returns the node's put summary.
+    /// Stores `batches` under `descriptor` on its owner; returns what the node stored.
     ///
     /// # Errors
-    /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
+    /// [`ClientError`] (also for an answer without the contract's [`PutAnswer`]);
+    /// UNAVAILABLE is retried once after a ring refresh.
     pub async fn put(
         &self,
         descriptor: FlightDescriptor,
         batches: Vec<RecordBatch>,
-    ) -> Result<serde_json::Value, ClientError> {
+    ) -> Result<PutAnswer, ClientError> {
         let key = CacheKey::from_descriptor(&descriptor)
             .map_err(|err| ClientError::BadKey(err.to_string()))?;
         let schema = batches
@@ -223,11 +225,11 @@ impl RingClient {
                 .build(futures::stream::iter(batches.clone().into_iter().map(Ok)));
             async move {
                 let results: Vec<_> = client.do_put(stream).await?.try_collect().await?;
-                let summary = results
+                let result = results
                     .first()
-                    .and_then(|r| serde_json::from_slice(&r.app_metadata).ok())
-                    .unwrap_or_default();
-                Ok(summary)
+                    .ok_or_else(|| FlightError::protocol("the DoPut answer has no PutResult"))?;
+                serde_json::from_slice::<PutAnswer>(&result.app_metadata)
+                    .map_err(|err| FlightError::ExternalError(Box::new(err)))
             }
         })
         .await
@@ -285,34 +287,36 @@ impl RingClient {
         let body = CacheTicket::new(key.clone()).encode();
         let answer = self
             .with_retry(&key, |mut client| {
-                let action = Action::new("invalidate", body.clone());
+                let action = Action::new(AdminAction::Invalidate.as_str(), body.clone());
                 async move { first_body(client.do_action(action).await?).await }
             })
             .await?;
-        let value: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
-        Ok(value["removed"].as_bool().unwrap_or(false))
+        // An answer that is not the contract's counts as nothing removed.
+        let answer = admin::decode::<InvalidateAnswer>(AdminAction::Invalidate, &answer);
+        Ok(answer.is_ok_and(|answer| answer.removed))
     }
 
-    /// Asks the owner for a fill lease on a missing key (miss coalescing): the answer's
-    /// `lease` is `granted` (run the query and [`RingClient::put`]), `filled` or `hit`
-    /// ([`RingClient::get`]) or `timeout`.
+    /// Asks the owner for a fill lease on a missing key (miss coalescing): the answer is
+    /// [`LeaseAnswer::Granted`] (run the query and [`RingClient::put`]),
+    /// [`LeaseAnswer::Filled`] or [`LeaseAnswer::Hit`] ([`RingClient::get`]) or
+    /// [`LeaseAnswer::Timeout`].
     ///
     /// # Errors
-    /// [`ClientError`]; UNAVAILABLE is retried once after a ring refresh.
-    pub async fn lease(
-        &self,
-        descriptor: &FlightDescriptor,
-    ) -> Result<serde_json::Value, ClientError> {
+    /// [`ClientError`] (also for an answer that is not a [`LeaseAnswer`]); UNAVAILABLE is
+    /// retried once after a ring refresh.
+    pub async fn lease(&self, descriptor: &FlightDescriptor) -> Result<LeaseAnswer, ClientError> {
         let key = CacheKey::from_descriptor(descriptor)
             .map_err(|err| ClientError::BadKey(err.to_string()))?;
         let body = CacheTicket::new(key.clone()).encode();
-        let answer = self
-            .with_retry(&key, |mut client| {
-                let action = Action::new("lease", body.clone());
-                async move { first_body(client.do_action(action).await?).await }
-            })
-            .await?;
-        Ok(serde_json::from_slice(&answer).unwrap_or_default())
+        self.with_retry(&key, |mut client| {
+            let action = Action::new(AdminAction::Lease.as_str(), body.clone());
+            async move {
+                let answer = first_body(client.do_action(action).await?).await?;
+                admin::decode::<LeaseAnswer>(AdminAction::Lease, &answer)
+                    .map_err(|err| FlightError::ExternalError(Box::new(err)))
+            }
+        })
+        .await
     }
 
     async fn with_retry<T, F, Fut>(&self, key: &CacheKey, call: F) -> Result<T, ClientError>
@@ -346,7 +350,8 @@ impl RingClient {
 
     async fn fetch_topology(&self, address: &str) -> Result<Option<Topology>, ClientError> {
         let mut client = self.flight_client(address)?;
-        let body = async { first_body(client.do_action(Action::new("topology", "")).await?).await }
+        let topology = Action::new(AdminAction::Topology.as_str(), "");
+        let body = async { first_body(client.do_action(topology).await?).await }
             .await
             .map_err(|source| ClientError::Flight {
                 address: address.to_owned(),
@@ -356,22 +361,16 @@ impl RingClient {
             address: address.to_owned(),
             reason,
         };
-        let value: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|err| bad(err.to_string()))?;
-        let version = value["version"].as_u64().unwrap_or(0);
-        if version == 0 {
+        let answer: TopologyAnswer =
+            admin::decode(AdminAction::Topology, &body).map_err(|err| bad(crds::chain(&err)))?;
+        if answer.version == 0 {
             return Ok(None);
         }
-        let members: Vec<TopologyMember> =
-            serde_json::from_value(value["members"].clone()).map_err(|err| bad(err.to_string()))?;
-        let replicas = value["replicas"]
-            .as_u64()
-            .map_or(Ok(1), u8::try_from)
-            .map_err(|err| bad(err.to_string()))?;
+        let replicas = u8::try_from(answer.replicas).map_err(|err| bad(err.to_string()))?;
         Ok(Some(Topology {
-            version,
+            version: answer.version,
             replicas,
-            members,
+            members: answer.members,
         }))
     }
 

@@ -572,7 +572,7 @@ impl Config {
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
             exit_handoff_budget: exit_handoff_budget
-                .unwrap_or(crate::flight::exit::EXIT_HANDOFF_BUDGET),
+                .unwrap_or(crate::cluster::exit::EXIT_HANDOFF_BUDGET),
             member_id,
             topology,
             log_format,

@@ -238,17 +238,17 @@ impl From<Error> for Status {
                 bounded_message(status.message()),
                 status.details().to_vec().into(),
             );
-            if let Some(lease) = status.metadata().get(crate::flight::lease::LEASE_HEADER) {
+            if let Some(lease) = status.metadata().get(crate::cluster::lease::LEASE_HEADER) {
                 passed
                     .metadata_mut()
-                    .insert(crate::flight::lease::LEASE_HEADER, lease.clone());
+                    .insert(crate::cluster::lease::LEASE_HEADER, lease.clone());
             }
             return passed;
         }
         if let Error::MissWithLease { .. } = err {
             let mut status = Self::new(code, bounded_message(&err.to_string()));
             status.metadata_mut().insert(
-                crate::flight::lease::LEASE_HEADER,
+                crate::cluster::lease::LEASE_HEADER,
                 tonic::metadata::MetadataValue::from_static("granted"),
             );
             return status;

@@ -3,7 +3,7 @@
 //! A key is either a path (the descriptor's segments joined by `/`, so `["a", "b"]` and
 //! `["a/b"]` are the same key) or a command (opaque bytes, e.g. normalised SQL text).
 //! In the store a key is one kind byte (`P` or `C`) followed by the key bytes; the
-//! ticket format (`flight::ticket`) wraps exactly these bytes. Pure; no I/O.
+//! ticket format (`ticket`) wraps exactly these bytes. Pure; no I/O.
 //! Must not import the store, `flight/` or `wire/`.
 
 use std::fmt;

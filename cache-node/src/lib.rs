@@ -6,7 +6,11 @@
 //! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC, no Flight.
 //! - [`wire`]: all gRPC/HTTP/2 framing: sealing entries into frames, DoPut intake
 //!   reservations, serving stored frames and relaying forwarded DoGets.
-//! - [`flight`]: the Flight service adapter, tickets, DoPut ingestion, admin actions.
+//! - [`ticket`]: the ticket wire format, read by the Flight adapter and the DoGet relay.
+//! - [`cluster`]: what a node does with its peers: forwarding, copies, read repair,
+//!   rebalance and exit handoff, fill leases, the pool fan-out; typed answers.
+//! - [`flight`]: the Flight service adapter (decode, call store or cluster, encode),
+//!   DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
@@ -14,6 +18,7 @@
 pub mod auth;
 pub mod cgroup;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod flight;
@@ -26,4 +31,5 @@ pub mod routing;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod ticket;
 pub mod wire;

@@ -21,9 +21,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{Auth, AuthLayer};
+use crate::cluster::peers::Peers;
 use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
 use crate::flight::FlightCacheService;
-use crate::flight::forward::Peers;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::persist::{DiskSettings, DiskTier};
@@ -99,9 +99,10 @@ impl RunningNode {
     /// [`ServerError::Serve`] if the server failed while running.
     pub async fn shutdown(self) -> Result<(), ServerError> {
         // While still serving: the entries go to where their keys are read while this
-        // node is away (see `flight::exit`).
+        // node is away (see `cluster::exit`).
         if !self.exit_handoff_budget.is_zero() {
             self.service
+                .cluster()
                 .hand_off_at_exit(self.exit_handoff_budget)
                 .await;
         }

@@ -98,7 +98,7 @@ async fn an_unreachable_owner_costs_a_miss_that_names_it_while_other_keys_are_se
         "{}",
         status.message()
     );
-    let bound = cache_node::flight::forward::CONNECT_TIMEOUT * 2;
+    let bound = cache_node::cluster::peers::CONNECT_TIMEOUT * 2;
     assert!(started.elapsed() < bound, "{:?}", started.elapsed());
     // The failed connect marked n-1 down: for the next second calls to it fail over at
     // once, without another connect attempt (one counted peer error, not one per call).
@@ -312,7 +312,7 @@ async fn the_ring_aware_client_goes_straight_to_the_owner_and_follows_ring_chang
     );
     assert_eq!(client.get(&path(&key)).await.unwrap(), vec![batch]);
     assert!(client.invalidate(&path(&key)).await.unwrap());
-    assert_eq!(client.lease(&path(&key)).await.unwrap()["lease"], "granted");
+    assert_eq!(client.lease(&path(&key)).await.unwrap().as_str(), "granted");
     let err = client.get(&path(&key)).await.unwrap_err();
     assert_eq!(err.code(), Some(Code::NotFound));
     cluster.shutdown().await;
@@ -779,8 +779,8 @@ async fn an_owner_that_accepts_but_never_answers_costs_a_miss_not_a_hang() {
     // The budget: the keepalive finds the dead connection within two ping periods, then
     // the read asks the key's next choice (at most its 1 s deadline); 2 s more for a
     // loaded machine. Without keepalive the call would wait for its 30 s deadline.
-    let budget = cache_node::flight::forward::PEER_KEEPALIVE * 2
-        + cache_node::flight::forward::PREVIOUS_HOLDER_TIMEOUT
+    let budget = cache_node::cluster::peers::PEER_KEEPALIVE * 2
+        + cache_node::cluster::forward::PREVIOUS_HOLDER_TIMEOUT
         + Duration::from_secs(2);
     println!("a read of a frozen owner's key answered NOT_FOUND in {took:?} (budget {budget:?})");
     assert!(took < budget, "{took:?} (budget {budget:?})");

@@ -18,6 +18,8 @@
 //! | `rebalance` | empty or a [`RebalanceRequest`] | [`RebalanceAnswer`] |
 //! | `held` | a [`HeldRequest`] (binary: the keys to look up) | [`HeldAnswer`] |
 //!
+//! A DoPut is answered with one `PutResult` whose `app_metadata` is a [`PutAnswer`].
+//!
 //! Answers are JSON with camelCase field names. Pure: no I/O.
 
 use std::time::Duration;
@@ -284,6 +286,24 @@ pub struct ConfigureAnswer {
     pub ring_version: u64,
 }
 
+/// What a DoPut stored: the JSON `app_metadata` of its one `PutResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PutAnswer {
+    /// Rows stored.
+    pub rows: u64,
+    /// Record batches stored.
+    pub batches: u64,
+    /// Exact Arrow weight charged to the budget.
+    pub bytes: u64,
+    /// The entry's TTL in milliseconds.
+    pub ttl_ms: u64,
+    /// A handover (`x-flightcache-write: migration`) found a live entry under the key and
+    /// kept it; nothing was stored. Absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept_existing: bool,
+}
+
 /// The answer to `topology`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -292,7 +312,8 @@ pub struct TopologyAnswer {
     pub member_id: Option<String>,
     /// The ring version (0 without a topology).
     pub version: u64,
-    /// Copies per key.
+    /// Copies per key (1 from a node that predates replicas).
+    #[serde(default = "one")]
     pub replicas: u64,
     /// The ring's members (empty without a topology).
     pub members: Vec<TopologyMember>,

@@ -28,13 +28,7 @@ async fn main() -> ExitCode {
     match run::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            let mut message = err.to_string();
-            let mut source = std::error::Error::source(&err);
-            while let Some(cause) = source {
-                message.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            eprintln!("flightcache-load: {message}");
+            eprintln!("flightcache-load: {}", crds::chain(&err));
             ExitCode::from(err.exit_code())
         }
     }

@@ -9,24 +9,24 @@
 //! | `stats` | empty | store counters, limits and the running config generation |
 //! | `configure` | a node config document with live fields only and/or a `topology` (see `crds::node_config`) | `{"generation": 4, "evicted": 0, "expired": 0, "ringVersion": 7}` |
 //! | `topology` | empty | `{"memberId": "p-0", "version": 7, "replicas": 1, "members": [...]}` (version 0 and no members without a topology) |
-//! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `lease.rs`) |
-//! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "copied": 0, "copyFailed": 0, "ringVersion": 8}` (see `rebalance.rs`) |
-//! | `held` | up to 1,024 keys' store bytes, each after its length (u32, big-endian; `crds::admin::HeldRequest`) | `{"held": [true, false]}`: which of them this node's store holds (a peer's batched copy check, see `rebalance.rs`; admin or peer credential) |
+//! | `lease` | a path key or a ticket | `{"lease": "granted", "leaseMs": 10000}`, `"hit"`, `"filled"` or `"timeout"` (see `cluster/lease.rs`) |
+//! | `rebalance` | empty, or `{"dryRun": false, "limit": 1000}` | `{"moved": 120, "movedBytes": 3145728, "failed": 0, "kept": 240, "copied": 0, "copyFailed": 0, "ringVersion": 8}` (see `cluster/rebalance.rs`) |
+//! | `held` | up to 1,024 keys' store bytes, each after its length (u32, big-endian; `crds::admin::HeldRequest`) | `{"held": [true, false]}`: which of them this node's store holds (a peer's batched copy check, see `cluster/rebalance.rs`; admin or peer credential) |
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
-//! on every member (the Flight adapter forwards them; see `flight::forward`).
+//! on every member (the cluster layer forwards them; see `cluster::forward`, `cluster::fan_out`).
 
 use bytes::Bytes;
 use crds::admin;
 use crds::node_config::{self, NodeDocument};
 
 use crate::error::{Error, Result};
-use crate::flight::ticket::CacheTicket;
 use crate::key::CacheKey;
 use crate::live::{LiveConfig, apply_document};
 use crate::routing::members::RoutingTable;
 use crate::routing::ring::MemberState;
 use crate::store::{EvictionPolicy, RemovalCause, Store, TtlMode};
+use crate::ticket::CacheTicket;
 use crds::chain;
 
 /// An action this node offers: the contract's action type (`crds::admin`), so the node,
@@ -104,13 +104,13 @@ pub fn run(
             Ok(Bytes::from(admin::encode(&applied)))
         }
         NodeAction::Lease => {
-            // Leases wait for a DoPut, so the Flight adapter runs them (async).
+            // Leases wait for a DoPut, so the cluster layer runs them (async).
             Err(Error::Unimplemented(
                 "the lease action outside the Flight service",
             ))
         }
         NodeAction::Rebalance => {
-            // Rebalance sends entries to other nodes, so the Flight adapter runs it.
+            // Rebalance sends entries to other nodes, so the cluster layer runs it.
             Err(Error::Unimplemented(
                 "the rebalance action outside the Flight service",
             ))

@@ -2,25 +2,20 @@
 //!
 //! Offered: Handshake, DoPut, DoGet, GetFlightInfo, GetSchema, ListFlights, DoAction,
 //! ListActions. DoExchange and PollFlightInfo answer UNIMPLEMENTED. Calls arrive
-//! authenticated (`crate::auth::AuthLayer` sits in front); every call is timed into the RPC metrics and mapped to a gRPC status in
-//! one place (`error.rs`). With a topology, calls for keys this node does not own go to
-//! their owner (`forward.rs`), with `replicas: 2` also to its second choice
-//! (`replica.rs`); `invalidate-prefix`, `clear` and ListFlights run on every member.
+//! authenticated (`crate::auth::AuthLayer` sits in front); every call is timed into the
+//! RPC metrics and mapped to a gRPC status in one place (`error.rs`). What involves other
+//! members — forwarding to a key's owner, the copies of a key, leases, rebalance and the
+//! pool fan-out of `invalidate-prefix`, `clear` and ListFlights — is the cluster layer's
+//! (`crate::cluster`): this module calls it and encodes what it answers.
 //!
 //! Owns: the Flight methods' decode → call → encode. Must not import the wire layer's
 //! tower services or raw HTTP bodies (`wire::relay`, `wire::intake`; checked by
 //! `scripts/check-layers`) nor check credentials (`crate::auth` does, in front).
 
 pub mod actions;
-pub mod exit;
-pub mod forward;
-pub mod lease;
-mod list;
-pub use list::MAX_LISTED_FLIGHTS;
+pub use crate::cluster::fan_out::MAX_LISTED_FLIGHTS;
+pub use crate::cluster::forward::FlightStream;
 pub mod put;
-pub mod rebalance;
-mod replica;
-pub mod ticket;
 
 use std::sync::Arc;
 
@@ -34,22 +29,22 @@ use bytes::Bytes;
 use crds::admin;
 use crds::node_config::LocationMode;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use serde_json::json;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Caller};
+use crate::cluster::forward::{self, WriteKind};
+use crate::cluster::peers::Peers;
+use crate::cluster::{Cluster, ForwardedPut, Upload, lease};
 use crate::error::Error;
 use crate::key::CacheKey;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, Store};
-use ticket::CacheTicket;
-
-/// Every streaming answer of the service.
-pub type FlightStream<T> = BoxStream<'static, Result<T, Status>>;
+use crate::ticket::CacheTicket;
+use crate::wire::hit::StoredHit;
 
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
@@ -62,21 +57,18 @@ const HANDSHAKE_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 pub const HANDSHAKE_FIRST_MESSAGE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The Flight service of one cache node.
+///
+/// Served behind the DoGet relay (`wire::relay::DoGetRelay`, stacked in `server.rs`): a
+/// DoGet hit found here is answered with an empty stream carrying a `wire::hit::StoredHit`,
+/// which the relay sends as the entry's stored frames.
 #[derive(Debug, Clone)]
 pub struct FlightCacheService {
     store: Arc<Store>,
     live: Arc<LiveConfig>,
     metrics: Arc<Metrics>,
     auth: Auth,
-    routing: Arc<RoutingTable>,
-    peers: forward::Peers,
-    leases: Arc<lease::Leases>,
-    /// Read repairs in flight (see `replica.rs`).
-    repairs: Arc<tokio::sync::Semaphore>,
+    cluster: Cluster,
 }
-
-/// Most read repairs a node sends at once; past that, a repair is skipped.
-pub const REPAIRS_AT_ONCE: usize = 8;
 
 impl FlightCacheService {
     /// A service over `store`, calling peers over `peers` (shared with the DoGet relay).
@@ -86,59 +78,25 @@ impl FlightCacheService {
         metrics: Arc<Metrics>,
         auth: Auth,
         routing: Arc<RoutingTable>,
-        peers: forward::Peers,
+        peers: Peers,
     ) -> Self {
+        let cluster = Cluster::new(Arc::clone(&store), Arc::clone(&metrics), routing, peers);
         Self {
             store,
             live,
-            peers,
             metrics,
             auth,
-            routing,
-            leases: Arc::new(lease::Leases::default()),
-            repairs: Arc::new(tokio::sync::Semaphore::new(REPAIRS_AT_ONCE)),
+            cluster,
         }
     }
 
-    /// Where `key` is served, given the request's forwarding headers.
-    fn route(&self, key: &CacheKey, metadata: &MetadataMap) -> Result<Route, Error> {
-        let forwarded = forward::forwarded_by(metadata);
-        Ok(self
-            .routing
-            .route(&key.to_store_bytes(), forwarded.as_ref())?)
-    }
-
-    fn sender(&self) -> forward::Sender {
-        forward::Sender::of(&self.routing)
-    }
-
-    /// A DoGet miss on the key's owner from a caller that asked to coalesce
-    /// ([`lease::COALESCE_HEADER`]): the first such miss takes the key's fill lease and
-    /// is answered NOT_FOUND saying so (it computes and puts the value, as on any miss);
-    /// the ones that come while the lease is held wait for that put and are answered
-    /// with the entry. A holder that never puts costs the waiters the lease's wait, then
-    /// a miss.
-    async fn coalesce_miss(&self, key: &CacheKey) -> Result<FlightStream<FlightData>, Error> {
-        let store_key = key.to_store_bytes();
-        let miss = || Error::UnknownKey {
-            key: key.to_string(),
-        };
-        match self.leases.acquire(&store_key, &self.store).await {
-            lease::LeaseOutcome::Hit | lease::LeaseOutcome::Filled => {
-                let entry = self.store.get(&store_key).ok_or_else(miss)?;
-                self.metrics.coalesced_reads.inc();
-                Ok(encode_entry(&entry))
-            }
-            lease::LeaseOutcome::Granted { lease_ms } => Err(Error::MissWithLease {
-                key: key.to_string(),
-                lease_ms,
-            }),
-            lease::LeaseOutcome::Timeout => Err(miss()),
-        }
+    /// The node's cluster side (forwarding, copies, handover), e.g. for the exit handoff.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
     }
 
     /// Stores a put here: `first` and the rest of `input`, with the lifetime a copy
-    /// carries (`copy`), then — for a client's own put — sends it to the key's other
+    /// carries (`copy`), then lets the cluster send a client's own put to the key's other
     /// copies. Stored or refused, the put ends any fill lease on the key.
     async fn store_put(
         &self,
@@ -146,62 +104,31 @@ impl FlightCacheService {
         first: FlightData,
         input: Streaming<FlightData>,
         metadata: &MetadataMap,
-        copy: Option<forward::WriteKind>,
+        copy: Option<WriteKind>,
     ) -> Result<FlightStream<PutResult>, Error> {
-        let store_key = key.to_store_bytes();
         let lifetime = forward::carried_lifetime(metadata, copy);
         let ingested = put::ingest(&self.store, key.clone(), first, input, lifetime).await;
-        self.leases.release(&store_key);
+        self.cluster.put_finished(&key);
         let summary = ingested?;
-        match copy {
-            None => self.replicate(&key, metadata).await,
-            Some(forward::WriteKind::Migration) if !summary.kept_existing => {
-                self.metrics.migrated_in_entries.inc();
-                self.metrics.migrated_in_bytes.inc_by(summary.bytes);
-            }
-            Some(_) => {}
-        }
-        let metadata = serde_json::to_vec(&summary).unwrap_or_default();
+        self.cluster
+            .stored(&key, copy, summary.kept_existing, summary.bytes, metadata)
+            .await;
+        let metadata = admin::encode(&summary);
         let reply = PutResult {
             app_metadata: Bytes::from(metadata),
         };
         Ok(futures::stream::iter([Ok(reply)]).boxed())
     }
 
-    /// Runs `invalidate-prefix` / `clear` on every other member too and adds up their
-    /// `removed` counts. Not done for a request that was itself forwarded.
-    async fn fan_out(&self, action: &Action, metadata: &MetadataMap) -> Result<u64, Error> {
-        if forward::forwarded_by(metadata).is_some() {
-            return Ok(0);
+    /// This node's live entries under `prefix` as FlightInfos under their store keys,
+    /// sorted by key.
+    fn list_local(&self, prefix: &[u8]) -> Result<Vec<(Bytes, FlightInfo)>, Error> {
+        let mut infos = Vec::new();
+        for (store_key, entry) in self.store.list(prefix, MAX_LISTED_FLIGHTS) {
+            let key = CacheKey::try_from_store_bytes(&store_key)?;
+            infos.push((store_key, self.flight_info(&key, &entry)?));
         }
-        let Some(membership) = self.routing.current() else {
-            return Ok(0);
-        };
-        let sender = self.sender();
-        let peers: Vec<_> = membership
-            .topology()
-            .members
-            .iter()
-            .filter(|member| Some(member.id.as_str()) != self.routing.self_id())
-            .filter_map(|member| membership.peer(&member.id))
-            .collect();
-        let sender = &sender;
-        let calls = peers.iter().map(|peer| async move {
-            let body =
-                forward::do_action(&self.peers, peer, sender, action.clone(), metadata).await?;
-            // Every member answers these two actions with the same typed body.
-            admin::decode::<admin::RemovedAnswer>(admin::AdminAction::Clear, &body)
-                .map(|answer| answer.removed)
-                .map_err(|source| Error::BadPeerAnswer {
-                    peer: peer.id.to_string(),
-                    source,
-                })
-        });
-        let mut removed = 0;
-        for answer in futures::future::join_all(calls).await {
-            removed += answer?;
-        }
-        Ok(removed)
+        Ok(infos)
     }
 
     fn flight_info(&self, key: &CacheKey, entry: &Entry) -> Result<FlightInfo, Error> {
@@ -210,7 +137,7 @@ impl FlightCacheService {
         // `proxy`: no location, so the client redeems the ticket on the address it asked
         // (a Service, a load balancer) and that node forwards the DoGet.
         if self.live.location_mode() == LocationMode::Direct
-            && let Some(address) = self.routing.self_address()
+            && let Some(address) = self.cluster.routing().self_address()
         {
             endpoint = endpoint.with_location(format!("grpc://{address}"));
         }
@@ -240,15 +167,12 @@ impl FlightCacheService {
     }
 }
 
-/// A stored entry as a FlightData stream: its stored messages (schema first), shared,
-/// not encoded again.
-fn encode_entry(entry: &Entry) -> FlightStream<FlightData> {
-    let messages: Vec<_> = entry
-        .wire_messages()
-        .iter()
-        .map(|message| Ok(message.to_flight_data()))
-        .collect();
-    futures::stream::iter(messages).boxed()
+/// What a DoGet found.
+enum DoGetAnswer {
+    /// A hit here: the DoGet relay in front sends its stored frames (`wire::hit`).
+    Stored(Arc<Entry>),
+    /// A peer's answer, relayed message by message.
+    Relayed(FlightStream<FlightData>),
 }
 
 /// Finishes `timer` with the outcome of `result` and converts errors to a Status.
@@ -382,9 +306,21 @@ impl FlightService for FlightCacheService {
                 })?;
                 CacheKey::path_prefix_store_bytes(text)
             };
-            let infos = self
-                .list_pool(&prefix, request.get_ref(), request.metadata())
+            let mut infos = self
+                .cluster
+                .list_pool(request.get_ref(), request.metadata(), || {
+                    self.list_local(&prefix)
+                })
                 .await?;
+            // As for GetFlightInfo: in proxy mode clients come back here, whatever the
+            // listing member's own mode says.
+            if self.live.location_mode() == LocationMode::Proxy {
+                for info in &mut infos {
+                    for endpoint in &mut info.endpoint {
+                        endpoint.location.clear();
+                    }
+                }
+            }
             Ok(Response::new(
                 futures::stream::iter(infos.into_iter().map(Ok)).boxed(),
             ))
@@ -402,13 +338,14 @@ impl FlightService for FlightCacheService {
         let result = async {
             let key = CacheKey::from_descriptor(request.get_ref())?;
             let mut info = self
+                .cluster
                 .read_copies(
                     &key,
                     request.metadata(),
                     || self.flight_info(&key, &*self.lookup_for_info(&key)?),
                     |peer, sender| {
                         let descriptor = request.get_ref().clone();
-                        let (peers, metadata) = (&self.peers, request.metadata());
+                        let (peers, metadata) = (self.cluster.peers(), request.metadata());
                         async move {
                             forward::get_flight_info(peers, &peer, &sender, descriptor, metadata)
                                 .await
@@ -449,24 +386,25 @@ impl FlightService for FlightCacheService {
         let timer = self.metrics.rpc("GetSchema");
         let result = async {
             let key = CacheKey::from_descriptor(request.get_ref())?;
-            self.read_copies(
-                &key,
-                request.metadata(),
-                || {
-                    let entry = self.lookup_for_info(&key)?;
-                    let options = IpcWriteOptions::default();
-                    let schema = SchemaAsIpc::new(entry.schema(), &options);
-                    SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))
-                },
-                |peer, sender| {
-                    let descriptor = request.get_ref().clone();
-                    let (peers, metadata) = (&self.peers, request.metadata());
-                    async move {
-                        forward::get_schema(peers, &peer, &sender, descriptor, metadata).await
-                    }
-                },
-            )
-            .await
+            self.cluster
+                .read_copies(
+                    &key,
+                    request.metadata(),
+                    || {
+                        let entry = self.lookup_for_info(&key)?;
+                        let options = IpcWriteOptions::default();
+                        let schema = SchemaAsIpc::new(entry.schema(), &options);
+                        SchemaResult::try_from(schema).map_err(|e| Error::Encode(e.into()))
+                    },
+                    |peer, sender| {
+                        let descriptor = request.get_ref().clone();
+                        let (peers, metadata) = (self.cluster.peers(), request.metadata());
+                        async move {
+                            forward::get_schema(peers, &peer, &sender, descriptor, metadata).await
+                        }
+                    },
+                )
+                .await
         }
         .await;
         finish(timer, result.map(Response::new))
@@ -488,6 +426,7 @@ impl FlightService for FlightCacheService {
             // read, counted where it asked.
             let held = forward::is_held_read(&metadata);
             let read = self
+                .cluster
                 .read_copies(
                     &key,
                     &metadata,
@@ -501,30 +440,31 @@ impl FlightService for FlightCacheService {
                         let entry = entry.ok_or_else(|| Error::UnknownKey {
                             key: key.to_string(),
                         })?;
-                        Ok(encode_entry(&entry))
+                        Ok(DoGetAnswer::Stored(entry))
                     },
                     |peer, sender| {
                         let ticket = ticket.clone();
-                        let (peers, metadata) = (&self.peers, &metadata);
+                        let (peers, metadata) = (self.cluster.peers(), &metadata);
                         let relayed = &relayed;
                         async move {
                             let stream =
                                 forward::do_get(peers, &peer, &sender, ticket, metadata).await?;
                             relayed.store(true, std::sync::atomic::Ordering::Relaxed);
-                            Ok(stream)
+                            Ok(DoGetAnswer::Relayed(stream))
                         }
                     },
                 )
                 .await;
             if read.is_ok() && held && forward::wants_a_copy(&metadata) {
-                self.send_a_copy_back(&key, &metadata);
+                self.cluster.send_a_copy_back(&key, &metadata);
             }
             match read {
                 Err(Error::UnknownKey { .. })
                     if lease::coalescing(&metadata)
-                        && matches!(self.route(&key, &metadata), Ok(Route::Local)) =>
+                        && matches!(self.cluster.route(&key, &metadata), Ok(Route::Local)) =>
                 {
-                    self.coalesce_miss(&key).await
+                    let entry = self.cluster.coalesce_miss(&key).await?;
+                    Ok(DoGetAnswer::Stored(entry))
                 }
                 other => other,
             }
@@ -534,7 +474,15 @@ impl FlightService for FlightCacheService {
             timer.set_forwarded();
         }
         match result {
-            Ok(stream) => Ok(Response::new(timed(stream, timer))),
+            Ok(DoGetAnswer::Relayed(stream)) => Ok(Response::new(timed(stream, timer))),
+            Ok(DoGetAnswer::Stored(entry)) => {
+                // The relay in front sends the entry's stored frames and records the RPC.
+                let mut response = Response::new(futures::stream::empty().boxed());
+                response
+                    .extensions_mut()
+                    .insert(StoredHit::new(entry, timer));
+                Ok(response)
+            }
             Err(err) => finish(timer, Err(err)),
         }
     }
@@ -552,21 +500,21 @@ impl FlightService for FlightCacheService {
             let copy = forward::write_kind(&metadata);
             let route = match copy {
                 Some(_) => Route::Local,
-                None => self.route(&key, &metadata)?,
+                None => self.cluster.route(&key, &metadata)?,
             };
             match route {
                 Route::Local => self.store_put(key, first, input, &metadata, copy).await,
                 Route::Forward(peer) => {
-                    let sender = self.sender();
-                    let relayed =
-                        forward::do_put(&self.peers, &peer, &sender, first, input, &metadata, None)
-                            .await;
-                    match relayed {
-                        Ok(answer) => Ok(answer),
-                        Err(forward::PutFailure::Failed(err)) => Err(err),
-                        Err(forward::PutFailure::Undelivered(undelivered)) => {
-                            self.put_on_next_candidate(key, &peer, *undelivered, &metadata)
-                                .await
+                    let forwarded = self
+                        .cluster
+                        .forward_put(&key, &peer, first, input, &metadata)
+                        .await?;
+                    match forwarded {
+                        ForwardedPut::Relayed(answer) => Ok(answer),
+                        ForwardedPut::StoreHere(upload) => {
+                            let Upload { first, rest } = *upload;
+                            let copy = Some(WriteKind::Fallback);
+                            self.store_put(key, first, rest, &metadata, copy).await
                         }
                     }
                 }
@@ -605,18 +553,18 @@ impl FlightService for FlightCacheService {
             let body = match kind {
                 actions::NodeAction::Invalidate | actions::NodeAction::Lease => {
                     let key = actions::key_from_body(kind, &action.body)?;
-                    match self.route(&key, metadata)? {
+                    match self.cluster.route(&key, metadata)? {
                         Route::Local if kind == actions::NodeAction::Lease => {
-                            let outcome = self
-                                .leases
-                                .acquire(&key.to_store_bytes(), &self.store)
-                                .await;
+                            let outcome = self.cluster.lease(&key).await;
                             Bytes::from(admin::encode(&outcome))
                         }
                         Route::Local | Route::Forward(_)
                             if kind == actions::NodeAction::Invalidate =>
                         {
-                            let removed = self.invalidate_copies(&key, action, metadata).await?;
+                            let removed = self
+                                .cluster
+                                .invalidate_copies(&key, action, metadata)
+                                .await?;
                             Bytes::from(admin::encode(&admin::InvalidateAnswer { removed }))
                         }
                         Route::Local => actions::run(
@@ -624,29 +572,41 @@ impl FlightService for FlightCacheService {
                             &action.body,
                             &self.store,
                             &self.live,
-                            &self.routing,
+                            self.cluster.routing(),
                         )?,
                         Route::Forward(peer) => {
-                            let sender = self.sender();
-                            forward::do_action(
-                                &self.peers,
-                                &peer,
-                                &sender,
-                                action.clone(),
-                                metadata,
-                            )
-                            .await?
+                            self.cluster
+                                .forward_action(&peer, action.clone(), metadata)
+                                .await?
                         }
                     }
                 }
                 actions::NodeAction::InvalidatePrefix | actions::NodeAction::Clear => {
                     let here = actions::remove_here(kind, &action.body, &self.store)?;
-                    let elsewhere = self.fan_out(action, metadata).await?;
+                    let elsewhere = self.cluster.remove_elsewhere(action, metadata).await?;
                     let removed = here + elsewhere;
                     Bytes::from(admin::encode(&admin::RemovedAnswer { removed }))
                 }
-                actions::NodeAction::Rebalance => self.rebalance(&action.body, metadata).await?,
-                _ => actions::run(kind, &action.body, &self.store, &self.live, &self.routing)?,
+                actions::NodeAction::Rebalance => {
+                    let request =
+                        admin::RebalanceRequest::from_body(&action.body).map_err(|err| {
+                            Error::BadActionBody {
+                                action: kind.as_str(),
+                                reason: format!(
+                                    "{err}; send JSON like {{\"dryRun\": true, \"limit\": 100}}"
+                                ),
+                            }
+                        })?;
+                    let report = self.cluster.rebalance(request, metadata).await;
+                    Bytes::from(admin::encode(&report))
+                }
+                _ => actions::run(
+                    kind,
+                    &action.body,
+                    &self.store,
+                    &self.live,
+                    self.cluster.routing(),
+                )?,
             };
             let reply = arrow_flight::Result { body };
             Ok(futures::stream::iter([Ok(reply)]).boxed())

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use arrow_flight::FlightData;
 use futures::{StreamExt, TryStreamExt};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tonic::{Status, Streaming};
 
 use crate::error::{Error, Result};
@@ -43,23 +43,9 @@ struct PutOptions {
     ttl: Option<String>,
 }
 
-/// What a successful DoPut stored; sent back as the PutResult's JSON `app_metadata`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PutSummary {
-    /// Rows stored.
-    pub rows: u64,
-    /// Record batches stored.
-    pub batches: u64,
-    /// Exact Arrow weight charged to the budget.
-    pub bytes: u64,
-    /// The entry's TTL in milliseconds.
-    pub ttl_ms: u64,
-    /// A handover (`x-flightcache-write: migration`) found a live entry under the key and
-    /// kept it; nothing was stored. Absent otherwise.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kept_existing: bool,
-}
+/// What a successful DoPut stored; sent back as the PutResult's JSON `app_metadata`
+/// (the node-admin contract's type).
+pub use crds::admin::PutAnswer as PutSummary;
 
 fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
     if app_metadata.is_empty() {

@@ -150,7 +150,7 @@ fn ring_state(state: node_config::MemberState) -> MemberState {
     }
 }
 
-/// Who sent a forwarded request, read from its headers (see `flight::forward`).
+/// Who sent a forwarded request, read from its headers (see `cluster::forward`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardedBy {
     /// The forwarding member's id.

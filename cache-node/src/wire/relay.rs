@@ -19,7 +19,12 @@
 //! (`x-flightcache-read: held`), an owner that cannot be reached (the normal
 //! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
-//! Does network I/O. Must not import the Flight service itself (`flight/mod.rs`).
+//! A hit the normal path finds comes back as an empty answer carrying a
+//! `wire::hit::StoredHit`, and is sent from its stored frames like the relay's own
+//! (`stored_answer`, the one place a hit becomes its answer).
+//! Does network I/O. Must not import the Flight adapter (`flight/`, checked by
+//! `scripts/check-layers`): tickets come from `crate::ticket`, the peer channels, the
+//! forwarding headers and the lease header from the cluster layer (`crate::cluster`).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -34,13 +39,15 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
-use crate::flight::forward::{self, CALL_TIMEOUT, PeerError, Peers};
-use crate::flight::ticket::CacheTicket;
+use crate::cluster::forward::{self, CALL_TIMEOUT};
+use crate::cluster::peers::{PeerError, Peers};
 use crate::metrics::Metrics;
 use crate::metrics::RpcTimer;
 use crate::routing::members::RoutingTable;
 use crate::routing::members::{Peer, Route};
-use crate::store::Store;
+use crate::store::{Entry, Store};
+use crate::ticket::CacheTicket;
+use crate::wire::hit::StoredHit;
 use crate::wire::stall::{Answer, Next, StallWatch};
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,7 +128,8 @@ where
                 return Ok(response);
             }
             let request = http::Request::from_parts(parts, Body::new(Once(Some(message))));
-            inner.call(request).await
+            let response = inner.call(request).await?;
+            Ok(service.send_handed_over_hit(response))
         })
     }
 }
@@ -228,6 +236,27 @@ impl RelayNode {
             timer.discard();
             return None;
         };
+        Some(self.stored_answer(&entry, timer))
+    }
+
+    /// The normal path's answer to a DoGet, with a hit it found (`wire::hit`) sent as
+    /// that entry's stored frames.
+    fn send_handed_over_hit(&self, response: http::Response<Body>) -> http::Response<Body> {
+        let hit = response
+            .extensions()
+            .get::<StoredHit>()
+            .and_then(StoredHit::take);
+        match hit {
+            Some((entry, timer)) => self.stored_answer(&entry, timer),
+            None => response,
+        }
+    }
+
+    /// The one place a hit becomes its answer: the entry's stored messages (schema
+    /// first) as their gRPC frames, unencoded and uncopied, then `grpc-status: 0`; a
+    /// reader that takes no frame for the stall limit is let go (`wire::stall`).
+    /// `timer` records the RPC when the answer ends.
+    fn stored_answer(&self, entry: &Entry, timer: RpcTimer) -> http::Response<Body> {
         let mut frames = Vec::with_capacity(entry.wire_messages().len() * 2);
         for message in entry.wire_messages() {
             frames.push(message.head().clone());
@@ -240,11 +269,12 @@ impl RelayNode {
             max_read_stall: self.stalled_readers.max_stall(),
             timer: Some(timer),
         };
-        http::Response::builder()
-            .status(http::StatusCode::OK)
-            .header(http::header::CONTENT_TYPE, "application/grpc")
-            .body(Body::new(body))
-            .ok()
+        let mut response = http::Response::new(Body::new(body));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        response
     }
 }
 
@@ -338,10 +368,10 @@ fn add_forwarding_headers(
     }
     headers.insert(forward::RING_VERSION_HEADER, sender.ring_version.into());
     // The owner coalesces the miss, so it must see the caller's request to.
-    if let Some(coalesce) = incoming.get(crate::flight::lease::COALESCE_HEADER)
+    if let Some(coalesce) = incoming.get(crate::cluster::lease::COALESCE_HEADER)
         && let Ok(value) = coalesce.to_str().unwrap_or_default().parse()
     {
-        headers.insert(crate::flight::lease::COALESCE_HEADER, value);
+        headers.insert(crate::cluster::lease::COALESCE_HEADER, value);
     }
 }
 

@@ -11,7 +11,7 @@
 //!
 //! [`TlsIncoming`] runs each connection's handshake as its own task, bounded by
 //! [`HANDSHAKE_TIMEOUT`], so one slow or silent client never holds up accepting others.
-//! The CA file (`ca.crt`) is what nodes verify each other against (`flight::forward`)
+//! The CA file (`ca.crt`) is what nodes verify each other against (`cluster::peers`)
 //! and, with client authentication required, what every connecting client's certificate
 //! must chain to ([`ReloadingClientVerifier`], re-read with the other files).
 //! Must not import `flight/` or the store.

@@ -7,8 +7,8 @@ use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_flight::FlightDescriptor;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
-use cache_node::flight::ticket::CacheTicket;
 use cache_node::key::CacheKey;
+use cache_node::ticket::CacheTicket;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 

@@ -11,21 +11,23 @@
 //! `flightcache_node_replica_write_failures_total`. Reads try the owner and, when it is
 //! unreachable or misses, the second choice, so a key survives its owner's restart; a
 //! read no copy can answer is a miss (NOT_FOUND), never UNAVAILABLE.
-//! Does network I/O through `forward.rs`.
+//!
+//! Owns: which copy a read or write goes to next. Must not import `flight/` or `wire/`
+//! (see the `cluster` module docs). Does network I/O through `forward.rs`.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tonic::metadata::MetadataMap;
 
-use super::FlightCacheService;
 use super::forward::{self, WriteKind};
+use super::{Cluster, ForwardedPut, Upload};
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
 use crate::routing::members::{Peer, Route};
 use crate::store::{Entry, Lifetime};
 
-impl FlightCacheService {
+impl Cluster {
     /// The lifetime `entry` carries to another node: its per-entry TTL, age, idle time
     /// and the time left until its deadline here.
     pub(super) fn carried(
@@ -60,7 +62,7 @@ impl FlightCacheService {
     /// stored there only if absent), in the background, at most
     /// [`super::REPAIRS_AT_ONCE`] at a time — past that a repair is skipped (the next read of
     /// the key asks again). Best effort: a failed copy only leaves the owner missing it.
-    pub(super) fn send_a_copy_back(&self, key: &CacheKey, metadata: &MetadataMap) {
+    pub fn send_a_copy_back(&self, key: &CacheKey, metadata: &MetadataMap) {
         let Some(asker) = forward::forwarded_by(metadata) else {
             return;
         };
@@ -175,7 +177,7 @@ impl FlightCacheService {
     ///
     /// # Errors
     /// The first copy's error that is neither a miss nor unreachable, else NOT_FOUND.
-    pub(super) async fn read_copies<T, Fut>(
+    pub async fn read_copies<T, Fut>(
         &self,
         key: &CacheKey,
         metadata: &MetadataMap,
@@ -269,8 +271,8 @@ impl FlightCacheService {
     }
 
     /// Stores a put whose owner `owner` could not be reached on the key's next candidate
-    /// (its second ring choice: here, or a peer that stores it as a fallback copy without
-    /// forwarding it). A cache that loses a write costs a miss later, but a write refused
+    /// (its second ring choice: here — [`ForwardedPut::StoreHere`], the caller stores it —
+    /// or a peer that stores it as a fallback copy without forwarding it). A cache that loses a write costs a miss later, but a write refused
     /// with UNAVAILABLE is an error now; the entry comes back to the owner with the next
     /// rebalance after the owner returns, and reads look on the next candidate while the
     /// owner cannot be reached.
@@ -280,18 +282,18 @@ impl FlightCacheService {
     /// reached either), or the candidate's refusal.
     pub(super) async fn put_on_next_candidate(
         &self,
-        key: CacheKey,
+        key: &CacheKey,
         owner: &Peer,
         undelivered: forward::Undelivered,
         metadata: &MetadataMap,
-    ) -> Result<super::FlightStream<arrow_flight::PutResult>> {
+    ) -> Result<ForwardedPut> {
         let forward::Undelivered { first, rest, error } = undelivered;
         let kind = Some(WriteKind::Fallback);
         match self.routing.next_candidate(&key.to_store_bytes()) {
             Some(Route::Local) => {
                 self.metrics.fallback_writes.inc();
                 tracing::debug!(owner = %owner.id, %key, "owner unreachable: the put is stored here");
-                self.store_put(key, first, rest, metadata, kind).await
+                Ok(ForwardedPut::StoreHere(Box::new(Upload { first, rest })))
             }
             Some(Route::Forward(next)) if next != *owner => {
                 let sender = self.sender();
@@ -300,7 +302,7 @@ impl FlightCacheService {
                 match relayed {
                     Ok(answer) => {
                         self.metrics.fallback_writes.inc();
-                        Ok(answer)
+                        Ok(ForwardedPut::Relayed(answer))
                     }
                     Err(forward::PutFailure::Failed(err)) => Err(err),
                     Err(forward::PutFailure::Undelivered(_)) => Err(error),
@@ -315,7 +317,7 @@ impl FlightCacheService {
     /// # Errors
     /// A copy that could not be reached (the others are removed first), so a caller never
     /// believes a key gone while a copy may still serve it.
-    pub(super) async fn invalidate_copies(
+    pub async fn invalidate_copies(
         &self,
         key: &CacheKey,
         action: &arrow_flight::Action,
@@ -336,9 +338,12 @@ impl FlightCacheService {
                         .await
                     {
                         Ok(body) => {
-                            let value: serde_json::Value =
-                                serde_json::from_slice(&body).unwrap_or_default();
-                            removed |= value["removed"].as_bool().unwrap_or(false);
+                            // An answer that is not the contract's counts as nothing removed.
+                            let answer = crds::admin::decode::<crds::admin::InvalidateAnswer>(
+                                crds::admin::AdminAction::Invalidate,
+                                &body,
+                            );
+                            removed |= answer.is_ok_and(|answer| answer.removed);
                         }
                         Err(err) => {
                             failure.get_or_insert(err);

@@ -1,16 +1,23 @@
-//! ListFlights over the pool: this node's entries plus, with a topology, those of every
-//! non-draining member (asked with the forwarded header so they answer locally), merged
-//! once per key and sorted by key. Does network I/O through `forward.rs`.
+//! The pool fan-out: ListFlights over every non-draining member, and `invalidate-prefix`
+//! / `clear` on every other member.
+//!
+//! ListFlights merges this node's entries with those of every non-draining member (asked
+//! with the forwarded header so they answer locally), once per key and sorted by key.
+//! `invalidate-prefix` and `clear` add up the `removed` counts of every other member.
+//! Neither fans out a request that was itself forwarded.
+//!
+//! Owns: who is asked and how the answers merge. Must not import `flight/` or `wire/`
+//! (see the `cluster` module docs). Does network I/O through `forward.rs`.
 
 use std::collections::BTreeMap;
 
-use arrow_flight::{Criteria, FlightInfo};
+use arrow_flight::{Action, Criteria, FlightInfo};
 use bytes::Bytes;
-use crds::node_config::LocationMode;
+use crds::admin;
 use tonic::metadata::MetadataMap;
 
-use super::{FlightCacheService, forward};
-use crate::error::Error;
+use super::{Cluster, forward};
+use crate::error::{Error, Result};
 use crate::key::CacheKey;
 use crate::routing::ring::MemberState;
 
@@ -20,36 +27,26 @@ use crate::routing::ring::MemberState;
 /// a prefix in the criteria narrows it.
 pub const MAX_LISTED_FLIGHTS: usize = 10_000;
 
-impl FlightCacheService {
-    /// This node's live entries under `prefix` as FlightInfos, sorted by key.
-    pub(super) fn list_local(&self, prefix: &[u8]) -> Result<Vec<(Bytes, FlightInfo)>, Error> {
-        let mut infos = Vec::new();
-        for (store_key, entry) in self.store.list(prefix, MAX_LISTED_FLIGHTS) {
-            let key = CacheKey::try_from_store_bytes(&store_key)?;
-            infos.push((store_key, self.flight_info(&key, &entry)?));
-        }
-        Ok(infos)
-    }
-
+impl Cluster {
     /// ListFlights over the pool: with a topology (and unless the request is itself a
-    /// fan-out) every non-draining member lists its own entries; the lists are merged,
+    /// fan-out) every non-draining member lists its own entries; the lists are merged with
+    /// this node's (`list_local`: its entries as FlightInfos under their store keys),
     /// deduplicated by key (a key's copies: the owner's FlightInfo is kept) and sorted by
     /// key. A member that cannot be reached fails the whole call (UNAVAILABLE naming it)
     /// rather than answering with a silently partial list.
-    pub(super) async fn list_pool(
+    ///
+    /// # Errors
+    /// A member's failure, or `list_local`'s.
+    pub async fn list_pool(
         &self,
-        prefix: &[u8],
         criteria: &Criteria,
         metadata: &MetadataMap,
-    ) -> Result<Vec<FlightInfo>, Error> {
+        list_local: impl Fn() -> Result<Vec<(Bytes, FlightInfo)>>,
+    ) -> Result<Vec<FlightInfo>> {
         let membership = match self.routing.current() {
             Some(membership) if forward::forwarded_by(metadata).is_none() => membership,
             _ => {
-                return Ok(self
-                    .list_local(prefix)?
-                    .into_iter()
-                    .map(|(_, info)| info)
-                    .collect());
+                return Ok(list_local()?.into_iter().map(|(_, info)| info).collect());
             }
         };
         let self_id = self.routing.self_id();
@@ -89,7 +86,7 @@ impl FlightCacheService {
         };
         // A draining node's entries are not served any more (reads go to the owners).
         if self_id.is_none_or(listing) {
-            for (store_key, info) in self.list_local(prefix)? {
+            for (store_key, info) in list_local()? {
                 add(store_key, info, self_id);
             }
         }
@@ -102,18 +99,50 @@ impl FlightCacheService {
                 add(store_key, info, Some(&member));
             }
         }
-        let proxy = self.live.location_mode() == LocationMode::Proxy;
         Ok(merged
             .into_values()
             .take(MAX_LISTED_FLIGHTS)
-            .map(|(mut info, _)| {
-                if proxy {
-                    for endpoint in &mut info.endpoint {
-                        endpoint.location.clear();
-                    }
-                }
-                info
-            })
+            .map(|(info, _)| info)
             .collect())
+    }
+
+    /// Runs `invalidate-prefix` / `clear` (`action`) on every other member and adds up
+    /// their `removed` counts. Not done for a request that was itself forwarded.
+    ///
+    /// # Errors
+    /// A member that could not be reached or answered something else than the contract's
+    /// [`admin::RemovedAnswer`].
+    pub async fn remove_elsewhere(&self, action: &Action, metadata: &MetadataMap) -> Result<u64> {
+        if forward::forwarded_by(metadata).is_some() {
+            return Ok(0);
+        }
+        let Some(membership) = self.routing.current() else {
+            return Ok(0);
+        };
+        let sender = self.sender();
+        let peers: Vec<_> = membership
+            .topology()
+            .members
+            .iter()
+            .filter(|member| Some(member.id.as_str()) != self.routing.self_id())
+            .filter_map(|member| membership.peer(&member.id))
+            .collect();
+        let sender = &sender;
+        let calls = peers.iter().map(|peer| async move {
+            let body =
+                forward::do_action(&self.peers, peer, sender, action.clone(), metadata).await?;
+            // Every member answers these two actions with the same typed body.
+            admin::decode::<admin::RemovedAnswer>(admin::AdminAction::Clear, &body)
+                .map(|answer| answer.removed)
+                .map_err(|source| Error::BadPeerAnswer {
+                    peer: peer.id.to_string(),
+                    source,
+                })
+        });
+        let mut removed = 0;
+        for answer in futures::future::join_all(calls).await {
+            removed += answer?;
+        }
+        Ok(removed)
     }
 }

@@ -16,14 +16,16 @@
 //! Bounded: at most [`EXIT_HANDOFF_BUDGET`] in all (inside the pod's termination grace,
 //! before the serving grace and the disk flush), [`super::rebalance::CONCURRENCY`]
 //! entries at once; what is not sent by then is counted and logged, never waited for.
-//! Does network I/O.
+//!
+//! Owns: the exit copies. Must not import `flight/` or `wire/` (see the `cluster` module
+//! docs); `server.rs` runs it at shutdown. Does network I/O.
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tonic::metadata::MetadataMap;
 
-use super::FlightCacheService;
+use super::Cluster;
 use super::forward::{self, WriteKind};
 use super::rebalance::CONCURRENCY;
 use crate::key::CacheKey;
@@ -45,7 +47,7 @@ pub struct ExitHandoff {
     pub elapsed: Duration,
 }
 
-impl FlightCacheService {
+impl Cluster {
     /// Copies every entry this node holds, hottest first, to its key's holders once this
     /// node has left the ring, within `budget`. Nothing to do for a node that is not a
     /// ring member or is the ring's only active member.

@@ -16,7 +16,10 @@
 //! cache-aside client does on a miss), and DoGets of the key with the header that come
 //! while the lease is held wait for that put and are answered with the entry. A client
 //! opts in with the header because it promises to fill what it misses.
-//! In memory only; async waiting with tokio, no other I/O.
+//!
+//! Owns: the lease table and its headers (the DoGet relay passes [`COALESCE_HEADER`] on).
+//! Must not import `flight/` or `wire/`. In memory only; async waiting with tokio, no
+//! other I/O.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -14,6 +14,9 @@
 //! Examples: the path `["reports", "daily"]` is `b"FCT\x01Preports/daily"`; the command
 //! `SELECT 1` is `b"FCT\x01CSELECT 1"`. A ticket of any other shape is refused with
 //! INVALID_ARGUMENT. Pure; no I/O.
+//!
+//! Owns: the ticket bytes, read by the Flight adapter (`flight/`) and by the DoGet relay
+//! (`wire::relay`) on its fast path. Must not import `flight`, `wire` or `cluster`.
 
 use bytes::{BufMut, Bytes, BytesMut};
 

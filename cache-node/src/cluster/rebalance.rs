@@ -19,17 +19,20 @@
 //! A peer that does not offer `held` yet (an older image mid-rollout) is asked per key.
 //!
 //! Body (optional JSON): `{"dryRun": bool, "limit": N}`. Result:
-//! `{"moved", "movedBytes", "failed", "kept", "copied", "copyFailed", "ringVersion"}`.
-//! Does network I/O.
+//! `{"moved", "movedBytes", "failed", "kept", "copied", "copyFailed", "ringVersion"}`
+//! (`crds::admin::RebalanceRequest` / `RebalanceAnswer`; the Flight adapter decodes and
+//! encodes them).
+//!
+//! Owns: the handover plan and its sends. Must not import `flight/` or `wire/` (see the
+//! `cluster` module docs). Does network I/O.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use tonic::metadata::MetadataMap;
 
-use super::FlightCacheService;
+use super::Cluster;
 use super::forward::{self, WriteKind};
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
@@ -45,16 +48,13 @@ pub const ENTRY_DEADLINE: Duration = Duration::from_secs(30);
 /// The `rebalance` action's body and answer (the node-admin contract's types).
 use crds::admin::{RebalanceAnswer as RebalanceReport, RebalanceRequest};
 
-impl FlightCacheService {
-    /// Runs `rebalance` with `body`.
-    ///
-    /// # Errors
-    /// [`Error::BadActionBody`] for a body that is not the documented JSON.
-    pub(super) async fn rebalance(&self, body: &Bytes, metadata: &MetadataMap) -> Result<Bytes> {
-        let request = RebalanceRequest::from_body(body).map_err(|err| Error::BadActionBody {
-            action: "rebalance",
-            reason: format!("{err}; send JSON like {{\"dryRun\": true, \"limit\": 100}}"),
-        })?;
+impl Cluster {
+    /// Runs `rebalance` as `request` asks (see the module docs).
+    pub async fn rebalance(
+        &self,
+        request: RebalanceRequest,
+        metadata: &MetadataMap,
+    ) -> RebalanceReport {
         let report = if request.dry_run {
             self.run_rebalance(&request, metadata).await
         } else {
@@ -73,7 +73,7 @@ impl FlightCacheService {
             dry_run = request.dry_run,
             "rebalance finished"
         );
-        Ok(Bytes::from(crds::admin::encode(&report)))
+        report
     }
 
     async fn run_rebalance(
@@ -413,8 +413,8 @@ impl FlightCacheService {
             // sent: undo the copies so the handover cannot bring invalidated data back.
             // Best effort; at worst a key the owners could have served becomes a miss.
             let undo = arrow_flight::Action::new(
-                "invalidate",
-                super::ticket::CacheTicket::new(key.clone()).encode(),
+                AdminAction::Invalidate.as_str(),
+                crate::ticket::CacheTicket::new(key.clone()).encode(),
             );
             for peer in &peers {
                 let undone =

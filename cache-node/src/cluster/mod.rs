@@ -1,0 +1,234 @@
+//! The cluster layer: what a node does with its peers.
+//!
+//! - [`peers`]: one pooled channel per peer (TLS, peer credential, peer health).
+//! - [`forward`]: calls to peers over those channels (the forwarding headers, relayed
+//!   DoGet/DoPut/GetFlightInfo/GetSchema/DoAction/ListFlights).
+//! - `replica`: a key's copies: the owner's replica write, reads that go from copy to
+//!   copy (and to previous holders and the next candidate), read repair, fallback
+//!   writes, invalidating every copy.
+//! - [`rebalance`] and [`exit`]: handing entries to their owners after a ring change and
+//!   at an unplanned stop.
+//! - [`lease`]: fill leases (miss coalescing) on the key's owner.
+//! - [`fan_out`]: ListFlights, `invalidate-prefix` and `clear` over every member.
+//!
+//! Owns: the decisions about peers and the calls to them, made as a Flight *client*.
+//! Answers are typed (entries, counts, the admin contract's answers in `crds::admin`) or
+//! the node's [`Error`], which `error.rs` maps to a gRPC status in one place. Must not
+//! import the Flight server side (`arrow_flight::flight_service_server`, the
+//! `FlightService` trait, `tonic::server`), the Flight adapter (`flight/`) nor the wire
+//! layer (`wire/`): both sit above it (checked by `scripts/check-layers`). Does network
+//! I/O.
+
+pub mod exit;
+pub mod fan_out;
+pub mod forward;
+pub mod lease;
+pub mod peers;
+pub mod rebalance;
+mod replica;
+
+use std::sync::Arc;
+
+use arrow_flight::{Action, FlightData, PutResult};
+use bytes::Bytes;
+use tonic::Streaming;
+use tonic::metadata::MetadataMap;
+
+use crate::error::{Error, Result};
+use crate::key::CacheKey;
+use crate::metrics::Metrics;
+use crate::routing::members::{Peer, Route, RoutingTable};
+use crate::store::{Entry, Store};
+use forward::{FlightStream, WriteKind};
+use lease::LeaseOutcome;
+
+/// Most read repairs a node sends at once; past that, a repair is skipped.
+pub const REPAIRS_AT_ONCE: usize = 8;
+
+/// The node's side of the cluster: its store, the ring it routes by, the pooled channels
+/// to its peers, its fill leases and the read repairs in flight. Cheap to clone (shared
+/// handles).
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+    routing: Arc<RoutingTable>,
+    peers: peers::Peers,
+    leases: Arc<lease::Leases>,
+    /// Read repairs in flight (see `replica.rs`).
+    repairs: Arc<tokio::sync::Semaphore>,
+}
+
+/// What became of a put forwarded to its owner.
+pub enum ForwardedPut {
+    /// The owner, or the key's next candidate when the owner could not be reached,
+    /// answered: its PutResult stream, passed on.
+    Relayed(FlightStream<PutResult>),
+    /// The owner could not be reached and this node is the key's next candidate: the
+    /// caller stores the upload here as a fallback copy ([`WriteKind::Fallback`]).
+    StoreHere(Box<Upload>),
+}
+
+/// A client's DoPut upload, untouched but for its first message.
+pub struct Upload {
+    /// The first message (already read to find the key).
+    pub first: FlightData,
+    /// The rest of the client's stream, not read yet.
+    pub rest: Streaming<FlightData>,
+}
+
+impl Cluster {
+    /// The cluster side of a node serving `store`, routing by `routing` and calling its
+    /// peers over `peers` (shared with the DoGet relay).
+    pub fn new(
+        store: Arc<Store>,
+        metrics: Arc<Metrics>,
+        routing: Arc<RoutingTable>,
+        peers: peers::Peers,
+    ) -> Self {
+        Self {
+            store,
+            metrics,
+            routing,
+            peers,
+            leases: Arc::new(lease::Leases::default()),
+            repairs: Arc::new(tokio::sync::Semaphore::new(REPAIRS_AT_ONCE)),
+        }
+    }
+
+    /// The ring this node routes by.
+    pub fn routing(&self) -> &Arc<RoutingTable> {
+        &self.routing
+    }
+
+    /// The pooled channels to peers.
+    pub fn peers(&self) -> &peers::Peers {
+        &self.peers
+    }
+
+    /// Where `key` is served, given the request's forwarding headers.
+    ///
+    /// # Errors
+    /// [`Error::Routing`] when the ring cannot route the key.
+    pub fn route(&self, key: &CacheKey, metadata: &MetadataMap) -> Result<Route> {
+        let forwarded = forward::forwarded_by(metadata);
+        Ok(self
+            .routing
+            .route(&key.to_store_bytes(), forwarded.as_ref())?)
+    }
+
+    /// The sender of the requests this node forwards now.
+    pub fn sender(&self) -> forward::Sender {
+        forward::Sender::of(&self.routing)
+    }
+
+    /// The `lease` action on the key's owner: grants the fill lease on `key`, or waits
+    /// for its holder's put (see [`lease`]).
+    pub async fn lease(&self, key: &CacheKey) -> LeaseOutcome {
+        self.leases
+            .acquire(&key.to_store_bytes(), &self.store)
+            .await
+    }
+
+    /// A DoGet miss on the key's owner from a caller that asked to coalesce
+    /// ([`lease::COALESCE_HEADER`]): the first such miss takes the key's fill lease and
+    /// is answered NOT_FOUND saying so (it computes and puts the value, as on any miss);
+    /// the ones that come while the lease is held wait for that put and are answered
+    /// with the entry. A holder that never puts costs the waiters the lease's wait, then
+    /// a miss.
+    ///
+    /// # Errors
+    /// [`Error::MissWithLease`] for the caller granted the lease, [`Error::UnknownKey`]
+    /// when the wait ends without the entry.
+    pub async fn coalesce_miss(&self, key: &CacheKey) -> Result<Arc<Entry>> {
+        let store_key = key.to_store_bytes();
+        let miss = || Error::UnknownKey {
+            key: key.to_string(),
+        };
+        match self.leases.acquire(&store_key, &self.store).await {
+            LeaseOutcome::Hit | LeaseOutcome::Filled => {
+                let entry = self.store.get(&store_key).ok_or_else(miss)?;
+                self.metrics.coalesced_reads.inc();
+                Ok(entry)
+            }
+            LeaseOutcome::Granted { lease_ms } => Err(Error::MissWithLease {
+                key: key.to_string(),
+                lease_ms,
+            }),
+            LeaseOutcome::Timeout => Err(miss()),
+        }
+    }
+
+    /// A put of `key` here finished, stored or refused: its fill lease ends and the
+    /// waiters wake.
+    pub fn put_finished(&self, key: &CacheKey) {
+        self.leases.release(&key.to_store_bytes());
+    }
+
+    /// After a put of `key` was stored here: a client's own put (`copy` none) goes to
+    /// the key's other copies; a handover that stored (not `kept_existing`) `bytes` is
+    /// counted as migrated in.
+    pub async fn stored(
+        &self,
+        key: &CacheKey,
+        copy: Option<WriteKind>,
+        kept_existing: bool,
+        bytes: u64,
+        metadata: &MetadataMap,
+    ) {
+        match copy {
+            None => self.replicate(key, metadata).await,
+            Some(WriteKind::Migration) if !kept_existing => {
+                self.metrics.migrated_in_entries.inc();
+                self.metrics.migrated_in_bytes.inc_by(bytes);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Relays a put of `key` to its owner `peer`; when the owner cannot be reached, to
+    /// the key's next candidate (see `put_on_next_candidate`).
+    ///
+    /// # Errors
+    /// The owner's or the candidate's answer, or the owner's unreachability.
+    pub async fn forward_put(
+        &self,
+        key: &CacheKey,
+        peer: &Peer,
+        first: FlightData,
+        input: Streaming<FlightData>,
+        metadata: &MetadataMap,
+    ) -> Result<ForwardedPut> {
+        let relayed = forward::do_put(
+            &self.peers,
+            peer,
+            &self.sender(),
+            first,
+            input,
+            metadata,
+            None,
+        )
+        .await;
+        match relayed {
+            Ok(answer) => Ok(ForwardedPut::Relayed(answer)),
+            Err(forward::PutFailure::Failed(err)) => Err(err),
+            Err(forward::PutFailure::Undelivered(undelivered)) => {
+                self.put_on_next_candidate(key, peer, *undelivered, metadata)
+                    .await
+            }
+        }
+    }
+
+    /// Relays `action` to `peer` and returns the body of its answer, as the peer wrote it.
+    ///
+    /// # Errors
+    /// [`Error::OwnerUnreachable`] or the peer's status.
+    pub async fn forward_action(
+        &self,
+        peer: &Peer,
+        action: Action,
+        metadata: &MetadataMap,
+    ) -> Result<Bytes> {
+        forward::do_action(&self.peers, peer, &self.sender(), action, metadata).await
+    }
+}
