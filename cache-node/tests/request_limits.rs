@@ -380,30 +380,43 @@ async fn stalled_doget(addr: &str, key: &str) -> tokio::task::JoinHandle<()> {
     })
 }
 
-#[tokio::test]
-async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
+/// Puts `batches` under the path key `key` with the token and waits for the node's answer.
+async fn put_batches(
+    mut client: FlightServiceClient<Channel>,
+    key: &str,
+    batches: Vec<arrow_array::RecordBatch>,
+) {
     use arrow_flight::encode::FlightDataEncoderBuilder;
     use futures::TryStreamExt;
+    let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(common::path(key)))
+        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        .try_collect()
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(futures::stream::iter(messages));
+    request.metadata_mut().insert(
+        "authorization",
+        MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
+    );
+    let mut answers = client.do_put(request).await.unwrap().into_inner();
+    answers.message().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
     let node = NodeProcess::start_with(&["--max-read-stall", "2s"], None).await;
     let client = node.client().await;
     // Puts version `seed` of one ~16 MiB key and waits for the node's answer.
     let put = |seed: i64| {
-        let mut client = client.clone();
+        let client = client.clone();
         async move {
-            let batch = common::sample_batch(600_000, seed);
-            let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
-                .with_flight_descriptor(Some(common::path("pinned/big")))
-                .build(futures::stream::iter([Ok(batch)]))
-                .try_collect()
-                .await
-                .unwrap();
-            let mut request = tonic::Request::new(futures::stream::iter(messages));
-            request.metadata_mut().insert(
-                "authorization",
-                MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
-            );
-            let mut answers = client.do_put(request).await.unwrap().into_inner();
-            answers.message().await.unwrap();
+            put_batches(
+                client,
+                "pinned/big",
+                vec![common::sample_batch(600_000, seed)],
+            )
+            .await;
         }
     };
     put(0).await;
@@ -445,33 +458,15 @@ async fn a_dogets_answer_that_is_never_read_lets_go_of_the_entry() {
 
 #[tokio::test]
 async fn a_small_answer_that_is_never_read_is_let_go_too() {
-    use arrow_flight::encode::FlightDataEncoderBuilder;
-    use futures::TryStreamExt;
     let node = NodeProcess::start_with(&["--max-read-stall", "1s"], None).await;
-    let mut client = node.client().await;
+    let client = node.client().await;
     // Three batches of ~93 KB, stored as three messages: HTTP/2 takes the first (the
     // reader's 64 KiB window has room for a frame) and the rest waits in the answer.
     // Answers up to 1 MiB used to go unwatched.
-    let batches = (0..3).map(|seed| Ok(common::sample_batch(3_300, seed)));
-    let messages: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
-        .with_flight_descriptor(Some(common::path("pinned/small")))
-        .build(futures::stream::iter(batches))
-        .try_collect()
-        .await
-        .unwrap();
-    let mut request = tonic::Request::new(futures::stream::iter(messages));
-    request.metadata_mut().insert(
-        "authorization",
-        MetadataValue::try_from(format!("Bearer {TOKEN}")).unwrap(),
-    );
-    client
-        .do_put(request)
-        .await
-        .unwrap()
-        .into_inner()
-        .message()
-        .await
-        .unwrap();
+    let batches = (0..3)
+        .map(|seed| common::sample_batch(3_300, seed))
+        .collect();
+    put_batches(client, "pinned/small", batches).await;
     let reader = stalled_doget(&node.addr, "pinned/small").await;
     // The limit, then the sweeper's period (a quarter of it) and margin for a busy machine.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -370,12 +370,11 @@ async fn scaling_and_removing_pools_follow_the_spec() {
     ns.delete().await;
 }
 
-#[tokio::test]
-#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
-async fn a_tls_secret_that_does_not_exist_is_reported_as_degraded() {
-    let client = client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, "fc-invalid").await;
+/// A new namespace (named from `prefix`) with a CacheCluster `demo` of one pool `hot`
+/// whose `spec.tls` names the Secret `certs` (which does not exist yet).
+async fn tls_cluster_named_demo(client: &Client, prefix: &str) -> TestNamespace {
+    install_crd(client).await;
+    let ns = TestNamespace::new(client, prefix).await;
     let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
     let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
     spec.tls = Some(TlsSpec {
@@ -385,6 +384,14 @@ async fn a_tls_secret_that_does_not_exist_is_reported_as_degraded() {
     api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
         .await
         .unwrap();
+    ns
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_tls_secret_that_does_not_exist_is_reported_as_degraded() {
+    let client = client().await;
+    let ns = tls_cluster_named_demo(&client, "fc-invalid").await;
     let err = reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
         .await
         .unwrap_err();
@@ -476,18 +483,8 @@ fn degraded(cc: &CacheCluster) -> (String, String, String) {
 async fn an_expired_misnamed_or_foreign_certificate_is_reported_as_degraded_and_nothing_serves_it()
 {
     let client = client().await;
-    install_crd(&client).await;
-    let ns = TestNamespace::new(&client, "fc-badcert").await;
-    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    let ns = tls_cluster_named_demo(&client, "fc-badcert").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
-    let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
-    spec.tls = Some(TlsSpec {
-        secret_name: "certs".into(),
-        client_auth: crds::cachecluster::ClientAuth::None,
-    });
-    api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
-        .await
-        .unwrap();
     let node_name = format!("demo-hot-0.demo-hot-nodes.{}.svc.cluster.local", ns.name);
     let good_names = vec![
         format!("demo-hot.{}.svc", ns.name),
