@@ -6,17 +6,16 @@
 //! and a second pass over an unchanged object changes nothing.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crds::cachecluster::{CacheCluster, CacheClusterStatus};
+use crds::conditions::{self, reasons};
 use futures::StreamExt;
-use futures::future::join_all;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -28,10 +27,10 @@ use crate::error::{Error, Result};
 use crate::metrics::{Metrics, PoolFigures, PoolLabels};
 use crate::nodes::{NodeAdmin, NodeTls};
 use crate::observe::{self, Observed};
-use crate::plan::{self, NodeView, PoolObservation, PoolPlan};
+use crate::plan::{self, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
 use crate::validate::{self, Defaults, ValidatedCluster};
-use crate::{apply, execute, ring, rollout, secrets};
+use crate::{apply, execute, secrets};
 
 /// How soon to look again while a pool changes (each pass takes one step).
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
@@ -52,6 +51,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// False once the API server refused a pod resize: memory changes then restart.
     pub resize_supported: std::sync::atomic::AtomicBool,
+    /// The clusters whose ServiceMonitor was unavailable on their last pass.
+    monitors_unavailable: UnavailableMonitors,
 }
 
 impl Context {
@@ -67,6 +68,7 @@ impl Context {
             defaults,
             metrics,
             resize_supported: std::sync::atomic::AtomicBool::new(true),
+            monitors_unavailable: UnavailableMonitors::default(),
         }
     }
 
@@ -90,10 +92,6 @@ impl Context {
     }
 }
 
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 /// One reconcile pass of `cc`.
 ///
 /// # Errors
@@ -112,7 +110,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
                 cc.status.as_ref(),
                 cc.metadata.generation,
                 &Outcome::InvalidSpec(message.clone()),
-                &now(),
+                &crate::now(),
             );
             status::apply_status(&ctx.client, &cc, &status).await?;
             ctx.publish(&cc, EventType::Warning, "InvalidSpec", message)
@@ -130,15 +128,18 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
                 cc.status.as_ref(),
                 cc.metadata.generation,
                 &Outcome::ApplyFailed(message.clone()),
-                &now(),
+                &crate::now(),
             );
             status::apply_status(&ctx.client, &cc, &status).await?;
-            ctx.publish(&cc, EventType::Warning, "SecretFailed", message)
-                .await;
+            // Once per failure, not on every retry while it lasts.
+            if degraded_is_new(cc.status.as_ref(), reasons::APPLY_FAILED, &message) {
+                ctx.publish(&cc, EventType::Warning, "SecretFailed", message)
+                    .await;
+            }
             return Err(err);
         }
     };
-    let observations = observe_pools(
+    let observations = observe::observe_pools(
         &cluster,
         &observed,
         &admin,
@@ -169,7 +170,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
             pools: status::pool_statuses(&cluster, &plans, cc.status.as_ref()),
             phases: plans.iter().map(|(plan, _)| plan.phase.clone()).collect(),
         },
-        &now(),
+        &crate::now(),
     );
     status.client_token_secret = cluster
         .client_token
@@ -223,17 +224,21 @@ async fn report_apply_failure(
             cc.status.as_ref(),
             cc.metadata.generation,
             &Outcome::ApplyFailed(message.clone()),
-            &now(),
+            &crate::now(),
         );
         status::apply_status(&ctx.client, cc, &status).await?;
-        ctx.publish(cc, EventType::Warning, "ApplyFailed", message)
-            .await;
+        // Once per failure, not on every retry while it lasts.
+        if degraded_is_new(cc.status.as_ref(), reasons::APPLY_FAILED, &message) {
+            ctx.publish(cc, EventType::Warning, "ApplyFailed", message)
+                .await;
+        }
     }
     Ok(failed.error)
 }
 
-/// Events for what the apply step changed. Pool events fire on transitions only: a
-/// pool created, its desired size changed since the last status, a pool removed.
+/// Events for what the apply step changed. They fire on transitions only: the
+/// ServiceMonitor becoming unavailable, a pool created, its desired size changed since
+/// the last status, a pool removed.
 async fn report_applied(
     ctx: &Context,
     cc: &CacheCluster,
@@ -241,7 +246,12 @@ async fn report_applied(
     observed: &Observed,
     applied: &apply::Applied,
 ) {
-    if applied.service_monitor == apply::ServiceMonitorOutcome::Unavailable {
+    let unavailable = applied.service_monitor == apply::ServiceMonitorOutcome::Unavailable;
+    let namespace = cc.namespace().unwrap_or_default();
+    if ctx
+        .monitors_unavailable
+        .became_unavailable(&namespace, &cluster.name, unavailable)
+    {
         ctx.publish(
             cc,
             EventType::Warning,
@@ -283,6 +293,49 @@ async fn report_applied(
     }
 }
 
+/// Whether a failed pass's `Degraded=True` (`reason`, `message`) is news: the status the
+/// pass started from does not already say exactly that. A failure that repeats on every
+/// retry is published once, and again when its reason or message changes.
+fn degraded_is_new(previous: Option<&CacheClusterStatus>, reason: &str, message: &str) -> bool {
+    !previous.is_some_and(|status| {
+        status.conditions.iter().any(|c| {
+            c.type_ == conditions::DEGRADED
+                && c.status == "True"
+                && c.reason == reason
+                && c.message == message
+        })
+    })
+}
+
+/// The clusters (namespace, name) whose ServiceMonitor was unavailable on their last
+/// pass, so `ServiceMonitorUnavailable` is published when that starts, not on every pass
+/// while it lasts. Kept in memory: a restarted operator reports it once more.
+#[derive(Debug, Default)]
+struct UnavailableMonitors(Mutex<BTreeSet<(String, String)>>);
+
+impl UnavailableMonitors {
+    /// Records whether the ServiceMonitor of `namespace/name` is unavailable on this
+    /// pass; true when it just became so (it was not on the cluster's last pass).
+    fn became_unavailable(&self, namespace: &str, name: &str, unavailable: bool) -> bool {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (namespace.to_owned(), name.to_owned());
+        if unavailable {
+            set.insert(key)
+        } else {
+            set.remove(&key);
+            false
+        }
+    }
+
+    /// Forgets a deleted cluster.
+    fn forget(&self, namespace: &str, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+
 /// The pool size a scale starts from: the desired shards the last status recorded (so a
 /// scale-in that drains over many passes is reported once), else the StatefulSet's.
 fn scaled_from(previous: Option<&CacheClusterStatus>, pool: &str, sts: &StatefulSet) -> i32 {
@@ -291,82 +344,6 @@ fn scaled_from(previous: Option<&CacheClusterStatus>, pool: &str, sts: &Stateful
         .map(|p| p.shards)
         .or_else(|| sts.spec.as_ref().and_then(|s| s.replicas))
         .unwrap_or(0)
-}
-
-/// Per pool: its pods as the plan sees them, with what each Ready node reports
-/// (`stats`), and the ring last published.
-async fn observe_pools(
-    cluster: &ValidatedCluster,
-    observed: &Observed,
-    admin: &NodeAdmin,
-    previous: Option<&CacheClusterStatus>,
-    resize_supported: bool,
-) -> Vec<PoolObservation> {
-    let mut observations = Vec::with_capacity(cluster.pools.len());
-    for pool in &cluster.pools {
-        let sts = observed.statefulset(&cluster.name, &pool.name);
-        let template_hash = build::statefulset::template_hash(cluster, pool);
-        let resize_unsupported = !resize_supported;
-        let pods = observed.pods_of(&pool.name);
-        let reports = join_all(pods.iter().map(|pod| async {
-            let ip = pod_ip(pod)?;
-            if !rollout::is_ready(pod) {
-                return None;
-            }
-            match admin.report(&ip).await {
-                Ok(report) => Some(report),
-                Err(err) => {
-                    tracing::warn!(pod = %pod.name_any(), error = %crate::chain(&err), "node did not report");
-                    None
-                }
-            }
-        }))
-        .await;
-        let nodes = pods
-            .iter()
-            .zip(reports)
-            .filter_map(|(pod, report)| {
-                let name = pod.name_any();
-                let (memory_limit, memory_applied) = rollout::memory_limits(pod);
-                // A memory change that cannot happen in place restarts the node instead.
-                let memory_stuck = memory_limit != Some(pool.memory_limit_bytes)
-                    && (resize_unsupported || rollout::resize_infeasible(pod));
-                Some(NodeView {
-                    ordinal: ring::ordinal_of(&name)?,
-                    ready: rollout::is_ready(pod),
-                    current_template: rollout::template_hash_of(pod)
-                        == Some(template_hash.as_str())
-                        && !memory_stuck,
-                    ip: pod_ip(pod),
-                    report,
-                    ready_seconds: rollout::ready_seconds(pod, &now()),
-                    unready_seconds: rollout::unready_seconds(pod, &now()),
-                    memory_limit,
-                    memory_applied,
-                    name,
-                })
-            })
-            .collect();
-        let seen_ring_version = previous
-            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
-            .map_or(0, |p| u64::try_from(p.ring_version).unwrap_or(0));
-        let observation = PoolObservation {
-            statefulset_replicas: sts.and_then(|s| s.spec.as_ref()).and_then(|s| s.replicas),
-            nodes,
-            previous: observed.published_ring(&cluster.name, &pool.name),
-            seen_ring_version,
-        };
-        observations.push(observation);
-    }
-    observations
-}
-
-fn pod_ip(pod: &Pod) -> Option<String> {
-    pod.status
-        .as_ref()?
-        .pod_ip
-        .clone()
-        .filter(|ip| !ip.is_empty())
 }
 
 /// Sets the per-pool series of `cluster` and drops those of its removed pools.
@@ -450,7 +427,7 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
     let owned =
         watcher::Config::default().labels(&format!("app.kubernetes.io/name={}", names::APP_NAME));
     ctx.metrics.ready.store(true, Ordering::Relaxed);
-    let metrics = Arc::clone(&ctx.metrics);
+    let events_ctx = Arc::clone(&ctx);
     tracing::info!(namespace = ?watch_namespace, "controller running");
     Controller::new(clusters, watcher::Config::default())
         .owns(statefulsets, owned.clone())
@@ -460,16 +437,16 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
-            let metrics = Arc::clone(&metrics);
+            let ctx = Arc::clone(&events_ctx);
             async move {
                 match result {
                     Ok((object, _)) => tracing::debug!(cachecluster = %object.name, "reconciled"),
-                    // A deleted CacheCluster: its per-pool series go with it.
+                    // A deleted CacheCluster: its per-pool series and event memory go
+                    // with it.
                     Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
-                        metrics.pools.forget_cluster(
-                            object.namespace.as_deref().unwrap_or_default(),
-                            &object.name,
-                        );
+                        let namespace = object.namespace.as_deref().unwrap_or_default();
+                        ctx.metrics.pools.forget_cluster(namespace, &object.name);
+                        ctx.monitors_unavailable.forget(namespace, &object.name);
                     }
                     Err(err) => tracing::debug!(error = %err, "reconcile did not complete"),
                 }
@@ -484,6 +461,7 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
 mod tests {
     use crds::cachecluster::PoolStatus;
     use k8s_openapi::api::apps::v1::StatefulSetSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
 
@@ -533,5 +511,75 @@ mod tests {
             scaled_from(Some(&status_with("cold", 2)), "hot", &statefulset(4)),
             4
         );
+    }
+
+    /// The status a failed pass leaves: Degraded with `message`, as `status::compute`
+    /// writes it.
+    fn degraded(message: &str) -> CacheClusterStatus {
+        status::compute(
+            None,
+            Some(1),
+            &Outcome::ApplyFailed(message.into()),
+            &Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        )
+    }
+
+    #[test]
+    fn apply_failed_is_published_when_the_failure_starts_not_on_its_retries() {
+        let message = "cannot apply StatefulSet demo-hot: forbidden";
+        // The transition: the last status was healthy (or there was none).
+        assert!(degraded_is_new(None, reasons::APPLY_FAILED, message));
+        assert!(degraded_is_new(
+            Some(&status_with("hot", 3)),
+            reasons::APPLY_FAILED,
+            message
+        ));
+        // The retry: the status already says exactly this.
+        assert!(!degraded_is_new(
+            Some(&degraded(message)),
+            reasons::APPLY_FAILED,
+            message
+        ));
+        // A different failure is news again.
+        assert!(degraded_is_new(
+            Some(&degraded(message)),
+            reasons::APPLY_FAILED,
+            "cannot apply Service demo-hot: forbidden"
+        ));
+    }
+
+    #[test]
+    fn secret_failed_is_published_when_the_failure_starts_not_on_its_retries() {
+        let message = "Secret demo-internal exists but is not owned by this cluster";
+        assert!(degraded_is_new(None, reasons::APPLY_FAILED, message));
+        assert!(!degraded_is_new(
+            Some(&degraded(message)),
+            reasons::APPLY_FAILED,
+            message
+        ));
+        // After an apply failure, the Secret failure is a change of message: news.
+        assert!(degraded_is_new(
+            Some(&degraded("cannot apply StatefulSet demo-hot: forbidden")),
+            reasons::APPLY_FAILED,
+            message
+        ));
+    }
+
+    #[test]
+    fn service_monitor_unavailable_is_published_when_it_starts_not_on_every_pass() {
+        let memory = UnavailableMonitors::default();
+        // The transition: first pass without the ServiceMonitor resource.
+        assert!(memory.became_unavailable("ns", "demo", true));
+        // The repeat: later passes while it lasts.
+        assert!(!memory.became_unavailable("ns", "demo", true));
+        assert!(!memory.became_unavailable("ns", "demo", true));
+        // Another cluster has its own transition.
+        assert!(memory.became_unavailable("ns", "other", true));
+        // Available again (or turned off), then unavailable: a new transition.
+        assert!(!memory.became_unavailable("ns", "demo", false));
+        assert!(memory.became_unavailable("ns", "demo", true));
+        // A deleted cluster is forgotten: a new one of that name starts afresh.
+        memory.forget("ns", "demo");
+        assert!(memory.became_unavailable("ns", "demo", true));
     }
 }

@@ -40,6 +40,11 @@ use crate::validate::Defaults;
 
 pub(crate) use crds::chain;
 
+/// The wall clock as a Kubernetes time (condition transitions, pod ages).
+pub(crate) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+}
+
 /// Runs the operator: metrics server, optional leader election, controller.
 ///
 /// # Errors

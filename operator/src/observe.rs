@@ -1,13 +1,23 @@
-//! Read-only I/O: the children of a cluster as they are now.
+//! Observe, the first step of a pass: read-only I/O. Owns the reading of a cluster's
+//! children as they are now (StatefulSets, pods, pool ConfigMaps) and of what each Ready
+//! node reports, turned into the planner's [`PoolObservation`]s. Writes nothing: no
+//! server-side apply, no status, no events, no node configure/rebalance calls (those
+//! are `apply`, `status` and `execute`); it does not import `controller`.
 
+use crds::cachecluster::CacheClusterStatus;
 use crds::node_config::{NodeDocument, Topology};
+use futures::future::join_all;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::build::names;
+use crate::build::{self, names};
 use crate::error::{Error, Result};
+use crate::nodes::NodeAdmin;
+use crate::plan::{NodeView, PoolObservation};
+use crate::validate::ValidatedCluster;
+use crate::{ring, rollout};
 
 /// The observed children of one CacheCluster.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +74,82 @@ pub async fn observe(client: &Client, namespace: &str, cluster: &str) -> Result<
         pods,
         configmaps,
     })
+}
+
+/// Per pool: its pods as the plan sees them, with what each Ready node reports
+/// (`stats`), and the ring last published.
+pub(crate) async fn observe_pools(
+    cluster: &ValidatedCluster,
+    observed: &Observed,
+    admin: &NodeAdmin,
+    previous: Option<&CacheClusterStatus>,
+    resize_supported: bool,
+) -> Vec<PoolObservation> {
+    let mut observations = Vec::with_capacity(cluster.pools.len());
+    for pool in &cluster.pools {
+        let sts = observed.statefulset(&cluster.name, &pool.name);
+        let template_hash = build::statefulset::template_hash(cluster, pool);
+        let resize_unsupported = !resize_supported;
+        let pods = observed.pods_of(&pool.name);
+        let reports = join_all(pods.iter().map(|pod| async {
+            let ip = pod_ip(pod)?;
+            if !rollout::is_ready(pod) {
+                return None;
+            }
+            match admin.report(&ip).await {
+                Ok(report) => Some(report),
+                Err(err) => {
+                    tracing::warn!(pod = %pod.name_any(), error = %crate::chain(&err), "node did not report");
+                    None
+                }
+            }
+        }))
+        .await;
+        let nodes = pods
+            .iter()
+            .zip(reports)
+            .filter_map(|(pod, report)| {
+                let name = pod.name_any();
+                let (memory_limit, memory_applied) = rollout::memory_limits(pod);
+                // A memory change that cannot happen in place restarts the node instead.
+                let memory_stuck = memory_limit != Some(pool.memory_limit_bytes)
+                    && (resize_unsupported || rollout::resize_infeasible(pod));
+                Some(NodeView {
+                    ordinal: ring::ordinal_of(&name)?,
+                    ready: rollout::is_ready(pod),
+                    current_template: rollout::template_hash_of(pod)
+                        == Some(template_hash.as_str())
+                        && !memory_stuck,
+                    ip: pod_ip(pod),
+                    report,
+                    ready_seconds: rollout::ready_seconds(pod, &crate::now()),
+                    unready_seconds: rollout::unready_seconds(pod, &crate::now()),
+                    memory_limit,
+                    memory_applied,
+                    name,
+                })
+            })
+            .collect();
+        let seen_ring_version = previous
+            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
+            .map_or(0, |p| u64::try_from(p.ring_version).unwrap_or(0));
+        let observation = PoolObservation {
+            statefulset_replicas: sts.and_then(|s| s.spec.as_ref()).and_then(|s| s.replicas),
+            nodes,
+            previous: observed.published_ring(&cluster.name, &pool.name),
+            seen_ring_version,
+        };
+        observations.push(observation);
+    }
+    observations
+}
+
+fn pod_ip(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .pod_ip
+        .clone()
+        .filter(|ip| !ip.is_empty())
 }
 
 async fn list<K>(
