@@ -257,7 +257,9 @@ impl From<Error> for Status {
             tracing::error!(error = %err, source = ?std::error::Error::source(&err), "flight request failed");
             return Self::internal("internal error");
         }
-        let message = bounded_message(&err.to_string());
+        // The whole chain: a client error that keeps its cause as a source (a rejected
+        // topology) reads as one message, "what: why".
+        let message = bounded_message(&crds::chain(&err));
         tracing::debug!(error = %message, ?code, "flight request refused");
         Self::new(code, message)
     }
@@ -315,6 +317,19 @@ mod tests {
         assert!(forwarded.message().len() <= MAX_STATUS_MESSAGE_BYTES);
         // Short messages are untouched.
         assert_eq!(bounded_message("short"), "short");
+    }
+
+    #[test]
+    fn a_rejected_topology_is_answered_with_its_cause() {
+        let err = Error::Routing(RoutingError::TopologyRejected(
+            crds::node_config::NodeConfigError::Topology("member ids must all differ".into()),
+        ));
+        let status = Status::from(err);
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "topology rejected: node config field 'topology' is invalid: member ids must all differ"
+        );
     }
 
     #[test]

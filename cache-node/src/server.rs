@@ -615,7 +615,7 @@ async fn watch_config_file(
                     crate::live::drop_entries_if_joining(installed, &routing, &store);
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "config file topology not applied; keeping the running ring")
+                    tracing::warn!(error = %crds::chain(&err), "config file topology not applied; keeping the running ring")
                 }
             }
         }

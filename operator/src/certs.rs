@@ -2,6 +2,10 @@
 //! `ca.crt`, valid now, for server use, and for every name clients and nodes call it by
 //! (each pool's Service name and its nodes' names). A problem is reported as Degraded
 //! with the reason, instead of showing up later as failed handshakes. Pure.
+//!
+//! Owns the certificate rules and [`CertProblem`] (webpki's reason kept as its source;
+//! the full text is built with `crate::chain`). Must not import kube, tokio or
+//! `secrets` (which reads the Secret and calls this): no I/O.
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
@@ -19,18 +23,19 @@ pub enum CertProblem {
     /// The certificate's validity has not begun.
     #[error("tls.crt is not valid yet")]
     NotValidYet,
-    /// Not signed by the Secret's CA (or not a server certificate).
-    #[error("tls.crt does not verify against ca.crt: {0}")]
-    Untrusted(String),
+    /// Not signed by the Secret's CA (or not a server certificate); the source is
+    /// webpki's reason (e.g. `UnknownIssuer`).
+    #[error("tls.crt does not verify against ca.crt")]
+    Untrusted(#[source] webpki::Error),
     /// Not valid for a name it is called by.
     #[error("tls.crt is not valid for {0}, a name clients or nodes call it by")]
     WrongName(String),
     /// With `clientAuth: required`, nodes and the operator present this certificate as
     /// clients, and it does not allow that.
     #[error(
-        "tls.crt cannot authenticate a client (spec.tls.clientAuth: required): its extended key usage must list clientAuth: {0}"
+        "tls.crt cannot authenticate a client (spec.tls.clientAuth: required): its extended key usage must list clientAuth"
     )]
-    NotForClients(String),
+    NotForClients(#[source] webpki::Error),
 }
 
 /// Checks `cert_pem` (the chain, leaf first) against `ca_pem` at `now`, for `names`,
@@ -61,8 +66,7 @@ pub fn check_certificate(
     if anchors.is_empty() {
         return Err(CertProblem::NoCertificate("ca.crt"));
     }
-    let cert =
-        EndEntityCert::try_from(leaf).map_err(|err| CertProblem::Untrusted(format!("{err:?}")))?;
+    let cert = EndEntityCert::try_from(leaf).map_err(CertProblem::Untrusted)?;
     cert.verify_for_usage(
         webpki::ALL_VERIFICATION_ALGS,
         &anchors,
@@ -75,7 +79,7 @@ pub fn check_certificate(
     .map_err(|err| match err {
         webpki::Error::CertExpired { .. } => CertProblem::Expired,
         webpki::Error::CertNotValidYet { .. } => CertProblem::NotValidYet,
-        other => CertProblem::Untrusted(format!("{other:?}")),
+        other => CertProblem::Untrusted(other),
     })?;
     if as_client {
         cert.verify_for_usage(
@@ -87,7 +91,7 @@ pub fn check_certificate(
             None,
             None,
         )
-        .map_err(|err| CertProblem::NotForClients(format!("{err:?}")))?;
+        .map_err(CertProblem::NotForClients)?;
     }
     for name in names {
         let server_name = ServerName::try_from(name.as_str())
@@ -206,6 +210,22 @@ mod tests {
             ),
             Err(CertProblem::Untrusted(_))
         ));
+        // webpki's reason is kept as the source; the full text reads as before.
+        let untrusted = check_certificate(
+            foreign.as_bytes(),
+            ca.pem().as_bytes(),
+            &names(),
+            UnixTime::now(),
+            false,
+        )
+        .unwrap_err();
+        let CertProblem::Untrusted(reason) = &untrusted else {
+            panic!("{untrusted:?}");
+        };
+        assert_eq!(
+            crate::chain(&untrusted),
+            format!("tls.crt does not verify against ca.crt: {reason:?}")
+        );
         assert_eq!(
             check_certificate(
                 b"not pem",

@@ -20,9 +20,9 @@ use parking_lot::RwLock;
 /// `error.rs` maps it to a status.
 #[derive(Debug, thiserror::Error)]
 pub enum RoutingError {
-    /// The topology document is inconsistent.
-    #[error("topology rejected: {0}")]
-    TopologyRejected(String),
+    /// The topology document is inconsistent (the source names what is wrong).
+    #[error("topology rejected")]
+    TopologyRejected(#[source] node_config::NodeConfigError),
     /// A topology version older than the running one (or the running version changed).
     #[error(
         "topology version {requested} is not newer than the running ring version {running} (an \
@@ -94,9 +94,7 @@ impl Membership {
     /// # Errors
     /// [`Error::TopologyRejected`] when the document is inconsistent.
     pub fn new(topology: Topology) -> Result<Self> {
-        topology
-            .validate()
-            .map_err(|err| Error::TopologyRejected(err.to_string()))?;
+        topology.validate().map_err(Error::TopologyRejected)?;
         let members = topology
             .members
             .iter()
