@@ -1,5 +1,8 @@
 //! The container's memory limit, read from its cgroup (v2 `memory.max`, else v1
 //! `memory.limit_in_bytes`). Reads two files; no other I/O.
+//!
+//! Owns: finding and parsing the cgroup files. A leaf (read by `metrics`, `live` and
+//! `server`): must not import any other module of the node.
 
 /// cgroup v2: the limit of this process's cgroup ("max" without one).
 const V2_MEMORY_MAX: &str = "/sys/fs/cgroup/memory.max";

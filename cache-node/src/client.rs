@@ -15,6 +15,12 @@
 //! let got = client.get(&key).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Owns: the client side only (ring refresh, one channel per member, the retry). It
+//! shares the ticket format (`crate::ticket`), keys and the ring (`routing::members`)
+//! with the node, and takes only the message-size limit from `flight/`; must not import
+//! the node's server side (the Flight service, `wire/`, `cluster/`, `store/`,
+//! `server.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -4,6 +4,11 @@
 //! flags. After start, live fields change only through an applied config document
 //! (the `configure` action or a changed config file; see `live.rs`). Parsing happens here,
 //! at the edge; nothing later reads the environment or parses strings.
+//!
+//! Owns: [`Config`] and its validation. Imports the settings types of the layers it
+//! configures (`store`, `auth`, `persist`, `cluster`, `wire`); must not import
+//! `flight/` or `server.rs`. Its only I/O is reading the environment and files (config,
+//! topology, tokens).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

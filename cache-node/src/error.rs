@@ -3,6 +3,10 @@
 //! Every variant is mapped explicitly (no `_` arm) so a new failure forces a decision
 //! about its code. Client mistakes carry a message a person can act on; internal
 //! failures are logged and answered with a bare INTERNAL, never with internal details.
+//!
+//! Owns: [`Error`] and the one `Error` → `Status` mapping. Imports the routing layer's
+//! [`RoutingError`] and the lease header (`cluster::lease`); must not import `flight/`,
+//! `wire/` or the store (their callers map their errors into this one).
 
 use tonic::{Code, Status};
 

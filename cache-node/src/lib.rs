@@ -14,6 +14,12 @@
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
+//!
+//! Layering (checked by `scripts/check-layers`, drawn in `docs/architecture.md`): the
+//! store imports no gRPC or Flight crate; `wire/` does not import `flight/`; `cluster/`
+//! imports neither `flight/` nor `wire/`; `flight/` does not import the relay's
+//! internals; `ticket.rs` imports none of the three. `server.rs` alone stacks the
+//! layers.
 
 pub mod auth;
 pub mod cgroup;

@@ -1,4 +1,7 @@
 //! `flightcache-node`: parse the configuration, start the node, stop it on SIGTERM/Ctrl-C.
+//!
+//! Owns: the process entry point and signal handling; imports only `config`,
+//! `telemetry` and `server` of the library.
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -6,6 +6,10 @@
 //! and passed in; there are no global statics. `/metrics` is served by `server.rs`.
 //! The process's RSS (`/proc/self/status`) and the container's cgroup memory limit
 //! (`crate::cgroup`) are read at scrape time.
+//!
+//! Owns: the node's metric families and the reads done at scrape time, through the
+//! public getters of the store, the routing table, the live config, the disk tier and
+//! `cgroup`. Must not import `flight/`, `wire/` or `cluster/`.
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -6,6 +6,8 @@
 //!
 //! Owns: wiring. The only place the layers are stacked:
 //! `AuthLayer(DoGetRelay(IntakeLayer(FlightServiceServer)))`.
+//!
+//! It may import every layer; no module of the library imports it (only `main.rs`).
 
 use std::future::Future;
 use std::net::SocketAddr;

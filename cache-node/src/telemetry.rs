@@ -1,4 +1,6 @@
 //! Tracing subscriber setup: `RUST_LOG` filter (default `info`), text or JSON lines.
+//!
+//! Owns: the subscriber setup; imports only the config's log format, no layer.
 
 use tracing_subscriber::EnvFilter;
 

@@ -2,6 +2,11 @@
 //!
 //! One field manager; order per pool: ConfigMap, Services, PDB, StatefulSet last, so
 //! a pod never starts against a missing config.
+//!
+//! Owns: every write of children (server-side apply with the one field manager, the
+//! ServiceMonitor, deletion of orphans) and what it reports ([`Applied`],
+//! [`ApplyFailed`]). Must not import `plan`, `execute`, `nodes` or `status`: no node
+//! calls, no status write; the objects come from `build`.
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,7 @@
 //! The operator's one typed configuration (flags and environment).
+//!
+//! Owns: [`Config`]. A leaf: must not import any other module of the operator; no I/O
+//! beyond flags and the environment.
 
 use std::net::SocketAddr;
 use std::time::Duration;

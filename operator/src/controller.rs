@@ -4,6 +4,11 @@
 //!
 //! Level-triggered and idempotent: desired state comes from the current object only,
 //! and a second pass over an unchanged object changes nothing.
+//!
+//! Owns: [`Context`], the order of a pass, the events of what apply changed and of
+//! failures (each gated on a transition), and the error policy. It may import every
+//! step; no step imports it except `execute` (for [`Context`]: client, metrics,
+//! events).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;

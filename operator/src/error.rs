@@ -1,5 +1,8 @@
 //! The operator's reconcile error: one variant per pipeline step, each with a metric
 //! and event category.
+//!
+//! Owns: [`Error`] and [`SecretError`]. Imports `certs` only (a certificate problem is
+//! a Secret error); must not import kube's client or any reconcile step.
 
 use crds::cachecluster::InvalidSpec;
 

@@ -3,6 +3,10 @@
 //!
 //! A failed node call ends that pool's pass; the next pass plans again from what the
 //! nodes then report.
+//!
+//! Owns: the order of a plan's node calls and pod operations, with their events and
+//! metrics. Imports `controller` only for [`Context`]; must not decide what to do (that
+//! is `plan`), write children (`apply`) or the status (`status`).
 
 use std::sync::atomic::Ordering;
 

@@ -5,6 +5,9 @@
 //! or its holder has not renewed for `lease_duration`. Updates carry the Lease's
 //! resourceVersion, so two candidates cannot both win a race (the API server rejects
 //! the stale write with 409).
+//!
+//! Owns: the Lease loop. Must not import any module of the reconcile; it talks to the
+//! API server about its Lease only.
 
 use std::time::Duration;
 

@@ -9,6 +9,11 @@
 //!   figures.
 //! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
 //!   election; [`metrics`]: Prometheus.
+//!
+//! Layering (checked by `scripts/check-layers`): `validate`, `plan`, `ring`, `rollout`
+//! and `build/` are pure (no kube client, tokio, network or file I/O); the I/O is in
+//! `observe`, `apply`, `execute`, `nodes`, `secrets`, `status`, `leader` and `metrics`;
+//! `controller` wires them.
 
 pub(crate) mod apply;
 pub(crate) mod build;

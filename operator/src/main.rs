@@ -1,4 +1,7 @@
 //! `flightcache-operator`: parse flags, start logging, run the operator.
+//!
+//! Owns: the process entry point; imports only `config`, `telemetry` and `run` of the
+//! library.
 
 use clap::Parser;
 

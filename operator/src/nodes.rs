@@ -4,6 +4,10 @@
 //! entry count, byte budget) and pushes changes (`configure`: live config fields and the
 //! ring; `rebalance`: hand entries to their owners). Every call has a deadline, so a
 //! hung node delays a reconcile by seconds, never blocks it.
+//!
+//! Owns: the node client ([`NodeAdmin`]: channels, TLS, the admin token) and the typed
+//! answers it reads (`crds::admin`). Must not import kube or any reconcile step: it
+//! knows a pod IP, not Kubernetes objects.
 
 use std::time::Duration;
 

@@ -25,6 +25,10 @@
 //!   applied. A node is never asked to hold more than its limit allows. Where the
 //!   cluster cannot resize (the resize is reported infeasible), the node takes the
 //!   restart-with-handoff path instead.
+//!
+//! Must not import kube's client, tokio or any I/O (checked by `scripts/check-layers`):
+//! it uses `nodes` for the [`NodeReport`] type only, and `ring`, `build` and
+//! `validate`.
 
 use std::collections::BTreeMap;
 

@@ -6,6 +6,10 @@
 //! moves forward exactly when the members, their states or the replica count change,
 //! and never below a version a node may already have seen (the ConfigMap's and the
 //! status's), so nodes accept every new ring and refuse stale ones.
+//!
+//! Owns: member ids, addresses and states as published. Must not import kube's client,
+//! tokio or any I/O (checked by `scripts/check-layers`); imports `build::names` and
+//! `validate` only.
 
 use std::collections::BTreeMap;
 

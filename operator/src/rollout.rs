@@ -2,6 +2,9 @@
 //! and resize state. Pure.
 //!
 //! Which node restarts, drains or joins next is decided in [`crate::plan`].
+//!
+//! Owns: the pod readers. Must not import kube's client, tokio or any I/O (checked by
+//! `scripts/check-layers`); imports `build::names` only.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

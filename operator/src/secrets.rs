@@ -14,6 +14,11 @@
 //! the nodes only when they carry the label [`SECRET_USE_LABEL`]`=<cluster>`: whoever may
 //! create a CacheCluster cannot otherwise have any Secret of the namespace mounted into the
 //! nodes (and their images, see `--allowed-images`).
+//!
+//! Owns: creating and reading the generated Secrets and the checks of the user's
+//! Secrets (label, keys, the certificate through `certs`). Must not import `plan`,
+//! `execute` or `nodes`: it hands the tokens and TLS material to `controller`, which
+//! builds the node client.
 
 use std::collections::BTreeMap;
 

@@ -2,6 +2,9 @@
 //! the one write of it (server-side apply on `/status`).
 //!
 //! `lastTransitionTime` of a condition moves only when its status flips.
+//!
+//! Owns: [`Outcome`], the conditions, the per-pool status and the one status write.
+//! Must not call nodes or write children; imports `apply` only for the field manager.
 
 use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
 use crds::conditions::{self, reasons};

@@ -4,6 +4,9 @@
 //! what this operator cannot act on (with a message naming the field), and derives
 //! every value the builders need: the node byte budget from the memory limit, the
 //! image, the ports. Pure; no I/O.
+//!
+//! Owns: [`ValidatedCluster`] and [`Defaults`]. Must not import kube's client, tokio or
+//! any I/O (checked by `scripts/check-layers`); imports `build::names` only.
 
 use std::time::Duration;
 

@@ -4,6 +4,10 @@
 //! reports hit ratio, errors by gRPC code and latency per interval and per phase (the phase
 //! file labels e.g. `ttl-change`, `restart`, `scale-out`), with a JSON summary for
 //! scripts. See `docs/load-test.md`.
+//!
+//! Owns: the binary's entry point and its modules. It uses the node's library as a
+//! client only (`client`, `key`, `ticket`, the Flight message-size limit); must not
+//! import the node's server side (`server`, `store`, `cluster`, `wire`).
 
 #[path = "flightcache_load/cli.rs"]
 mod cli;

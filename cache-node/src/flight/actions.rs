@@ -15,6 +15,12 @@
 //!
 //! With a topology, `invalidate` runs on the key's owner and `invalidate-prefix` / `clear`
 //! on every member (the cluster layer forwards them; see `cluster::forward`, `cluster::fan_out`).
+//!
+//! Owns: parsing an action's name and body and running the local ones against the
+//! store, the live config and the routing table, with their typed answers
+//! (`crds::admin`). Must not import `wire/` or `cluster/`: the actions that call peers
+//! (lease, rebalance, the fan-out of invalidate-prefix and clear) are handed to the
+//! cluster layer by the Flight service (`flight/mod.rs`).
 
 use bytes::Bytes;
 use crds::admin;

@@ -17,9 +17,16 @@
 //! buffered whole. Each received message is reserved in the store's budget while it is
 //! decoded; its batch is then sealed (encoded once into its stored IPC form, an exactly
 //! sized allocation, so a slice never pins its parent and no gRPC receive buffer stays
-//! alive; see `store::wire`), the sealed weight is reserved and the receive buffer's
+//! alive; see `wire::seal`), the sealed weight is reserved and the receive buffer's
 //! bytes are released before the next message is read. Commit installs the entry
 //! atomically; any error drops the reservation and stores nothing.
+//!
+//! Owns: decoding a DoPut stream into one store entry (the `app_metadata` options, the
+//! message-by-message [`Assembly`] the disk tier's reload reuses) and the mapping of
+//! store refusals to the node's [`Error`]. Must not import the wire layer's tower
+//! services or raw HTTP bodies (`wire::relay`, `wire::intake`; checked by
+//! `scripts/check-layers`) nor `cluster/`: it seals through `wire::seal`, and
+//! forwarding a put is the caller's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -20,6 +20,10 @@
 //! All integers little-endian. Decoding treats the file as untrusted: every length is
 //! checked against what is there before it is used, the checksum covers the rest, and
 //! the messages are then read by the same intake as a DoPut. Pure: no I/O.
+//!
+//! Owns: the file format and its encoding and checks. Bytes only: no file I/O (that is
+//! `persist/mod.rs`); imports the store's [`Entry`](crate::store::Entry) and the ring's
+//! key hash, nothing of the transport.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

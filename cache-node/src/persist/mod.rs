@@ -29,8 +29,10 @@
 //!   file is either the old one or the new one (rename), and a torn or damaged file
 //!   fails its checksum and is removed on reload, never served.
 //!
-//! Owns the volume's files. Imports the store (as its journal), the put assembly and
-//! the ring hash; nothing of the transport.
+//! Owns the volume's files. Imports the store (as its journal), the ring hash, and the
+//! Flight adapter's put assembly (`flight::put::Assembly`, with arrow-flight's
+//! `FlightData`: a reload replays a file's messages the way a DoPut stores them); must
+//! not import tonic, `wire/` or `cluster/` (no network I/O).
 
 pub mod format;
 

@@ -9,6 +9,9 @@
 //! Bounded: one question, answers read into a 1,232-byte buffer (the EDNS-safe size),
 //! every offset checked, at most [`PER_SERVER_TIMEOUT`] per nameserver, only datagrams
 //! from the nameserver asked (a connected socket) and with the question's ID count.
+//!
+//! Owns: the DNS question and the parsing of its answer. Must not import any other
+//! module of the node (a leaf of `readiness`); its only I/O is the UDP exchange.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

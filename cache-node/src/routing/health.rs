@@ -12,6 +12,9 @@
 //! from the peer — any answer, an error status too — closes the breaker; a failed try
 //! opens it again. A try that reports nothing within [`TRY_STALE_AFTER`] (its caller
 //! gave up) lets the next call try.
+//!
+//! Owns: each peer's breaker state. Must not import tonic, `crate::error`, `flight/` or
+//! `cluster/`: the cluster layer (`cluster::peers`) records call outcomes into it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -4,6 +4,9 @@
 //! The store never reads the wall clock itself; every timestamp it records (insert
 //! time, last access, expiry deadline) is a [`Duration`] since the clock's own epoch.
 //! Tests drive a [`ManualClock`] forward instead of sleeping. No I/O.
+//!
+//! Owns: the time source the store reads. Like all of `store/`, imports nothing outside
+//! the store and no gRPC or Flight crate.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,6 +3,9 @@
 //!
 //! Settings arrive already parsed into domain types; [`StoreConfig::validate`] checks
 //! the cross-field rules. Pure, no I/O.
+//!
+//! Owns: the settings and their validation. Like all of `store/`, imports nothing
+//! outside the store and no gRPC or Flight crate.
 
 use std::time::Duration;
 

@@ -5,6 +5,9 @@
 //! copies Arrow data and a reader keeps a consistent view even if the entry is
 //! evicted meanwhile. Only the expiry deadline (sliding TTL, TTL changes) and the hit
 //! counter move, through atomics. No I/O.
+//!
+//! Owns: an entry's data and bookkeeping. Like all of `store/`, imports nothing outside
+//! the store (arrow's schema and array types only) and no gRPC or Flight crate.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

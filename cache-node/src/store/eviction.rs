@@ -16,6 +16,9 @@
 //!   admitted to main only if its sketch frequency is strictly higher, otherwise it
 //!   is the one evicted. A scan of one-hit keys therefore churns through the window
 //!   without flushing frequently read keys from main.
+//!
+//! Owns: who is evicted next. No I/O; like all of `store/`, imports nothing outside the
+//! store and no gRPC or Flight crate.
 
 use super::config::EvictionPolicy;
 use super::sketch::FrequencySketch;

@@ -4,6 +4,9 @@
 //! A deadline is `anchor + ttl`, where the anchor is the insert time (`Absolute`) or
 //! the last read (`Sliding`) and `ttl` is the entry's override or else the store's
 //! TTL. An entry is live while `now < deadline`. Pure, no I/O.
+//!
+//! Owns: deadlines and the deadline index. No I/O; like all of `store/`, imports
+//! nothing outside the store and no gRPC or Flight crate.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -5,6 +5,10 @@
 //! of the changes: a removal reported after a put of the same key really came after it.
 //! An implementation must only record and return: no I/O, no blocking, no call back
 //! into the store. No I/O here either.
+//!
+//! Owns: the [`Journal`] trait and its settings, not the disk: must not import
+//! `persist/` (which implements the trait) nor, like all of `store/`, any gRPC or
+//! Flight crate.
 
 use std::fmt;
 use std::sync::Arc;

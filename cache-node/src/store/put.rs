@@ -3,6 +3,10 @@
 //!
 //! Weighing the batches happens here, outside the store lock; the state change
 //! itself is one short critical section per call. No I/O.
+//!
+//! Owns: a put's reservation and its commit. Like all of `store/`, imports nothing
+//! outside the store and no gRPC or Flight crate: batches arrive already sealed
+//! (`wire::seal`).
 
 use std::fmt;
 use std::sync::Arc;

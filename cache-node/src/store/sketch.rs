@@ -6,6 +6,8 @@
 //! (ten per entry, as in Caffeine) every counter is halved, so old popularity fades
 //! and the sketch tracks the recent past. Input is a 64-bit key hash
 //! computed by the caller; pure data structure, no I/O.
+//!
+//! Owns: the frequency counters. Pure; imports nothing outside the store.
 
 /// Number of independent counter rows (hash functions).
 const ROWS: usize = 4;

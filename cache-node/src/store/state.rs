@@ -4,6 +4,9 @@
 //! Callers pass `now` and the key hash in, so every method here is a deterministic
 //! function of its inputs. Removed entries are parked in `graveyard` so the caller
 //! can drop their Arrow memory after releasing the lock. No I/O.
+//!
+//! Owns: every change to the store's state. No I/O; like all of `store/`, imports
+//! nothing outside the store and no gRPC or Flight crate.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;

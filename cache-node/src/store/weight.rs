@@ -10,10 +10,13 @@
 //! * Buffers shared between columns or batches (the same array used twice, or IPC
 //!   decoding that slices many columns out of one receive buffer) are counted once.
 //!
-//! Stored batches are sealed (`store::wire`): each is a view into one exactly sized IPC
+//! Stored batches are sealed (`wire::seal`): each is a view into one exactly sized IPC
 //! body, so its weight is that body. The Flight layer reserves [`batch_weight`] of each
 //! sealed batch as it arrives; the store computes the entry's weight at commit.
 //! Pure CPU work, no I/O.
+//!
+//! Owns: the weight rules. Pure; imports arrow's buffer and data types and nothing
+//! outside the store.
 
 use std::collections::HashSet;
 

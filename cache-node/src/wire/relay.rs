@@ -3,7 +3,7 @@
 //!
 //! A tower service in front of the generated Flight server. For a DoGet whose ticket's
 //! first choice is this node and whose entry is here, it answers with the entry's
-//! stored messages (`store::wire`): the frame heads and the IPC bodies are handed to
+//! stored messages (`wire::seal`): the frame heads and the IPC bodies are handed to
 //! HTTP/2 as they are, so a hit allocates and copies nothing in the node (the generated
 //! server would copy every body into a fresh message buffer). For a DoGet whose ticket's
 //! first choice is another member, it sends the request body as received (one gRPC

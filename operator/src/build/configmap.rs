@@ -1,5 +1,8 @@
 //! The pool's ConfigMap: the node config document every node of the pool starts with
 //! (and re-reads when it changes): the pool's settings and its ring. Pure.
+//!
+//! Owns: the ConfigMap's content. Pure like all of `build/` (checked by
+//! `scripts/check-layers`): imports `validate` and `names` only.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,8 @@
 //! Golden-file checks for builder output: JSON under `operator/tests/golden/`,
 //! compared with a readable diff. `UPDATE_GOLDEN=1 cargo test` rewrites the files.
+//!
+//! Test code (`#[cfg(test)]`): owns the golden-file comparison; the builders under test
+//! must not import it outside their tests.
 
 use std::path::PathBuf;
 

@@ -2,6 +2,9 @@
 //!
 //! No client, no clock, no environment: everything comes from the validated model, so
 //! each builder is unit-tested with golden output.
+//!
+//! Owns: the desired objects. Must not import kube's client or Api, tokio, `observe`,
+//! `apply` or `nodes` (checked by `scripts/check-layers`); imports `validate` only.
 
 pub mod configmap;
 #[cfg(test)]

@@ -3,6 +3,9 @@
 //! For cluster `c` and pool `p`: StatefulSet, client Service, ConfigMap and PDB are
 //! `c-p`; the headless Service giving nodes stable DNS names is `c-p-nodes`; node `i`
 //! is `c-p-i`, reachable as `c-p-i.c-p-nodes.<namespace>.svc`. Pure.
+//!
+//! Owns: every child's name and label. A leaf: must not import any other module of the
+//! operator; pure.
 
 use std::collections::BTreeMap;
 

@@ -3,6 +3,9 @@
 //! clients `spec.networkPolicy.clients` names (default: the cluster's namespace) on the
 //! Flight port, and the metrics scrapers on the metrics port. Egress is left alone
 //! (nodes resolve each other's names and call each other). Pure.
+//!
+//! Owns: the NetworkPolicy's rules. Pure like all of `build/` (checked by
+//! `scripts/check-layers`): imports `validate` and `names` only.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,7 @@
 //! The pool's PodDisruptionBudget: at most one node of a pool down at a time. Pure.
+//!
+//! Owns: the PDB. Pure like all of `build/` (checked by `scripts/check-layers`):
+//! imports `validate` and `names` only.
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

@@ -1,5 +1,8 @@
 //! The pool's two Services: headless (stable per-node DNS names for routing) and client
 //! (`c-p`, the Flight endpoint users dial). Pure.
+//!
+//! Owns: the two Services. Pure like all of `build/` (checked by
+//! `scripts/check-layers`): imports `validate` and `names` only.
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -9,6 +9,10 @@
 //!
 //! Built as a dynamic object: the `monitoring.coreos.com` types are not part of
 //! Kubernetes, and the operator must run where they are not installed.
+//!
+//! Owns: the ServiceMonitor object and its API resource. Pure like all of `build/`
+//! (checked by `scripts/check-layers`): kube's object types only, no client; imports
+//! `validate` and `names`. Applying it is `apply`'s.
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use serde_json::json;

@@ -5,6 +5,9 @@
 //! are in the pod template; live settings (TTL, eviction, entry caps) reach nodes
 //! through the ConfigMap and the `configure` action, so changing them never restarts a
 //! pod. The template's hash is the `flightcache.dev/config-hash` annotation.
+//!
+//! Owns: the StatefulSet and its template hash. Pure like all of `build/` (checked by
+//! `scripts/check-layers`): imports `validate`, `names` and `ring` (member addresses).
 
 use std::collections::BTreeMap;
 

@@ -4,6 +4,10 @@
 //! `..._reconcile_duration_seconds`, `..._leader` (1 while this replica leads),
 //! `..._node_call_failures_total{action}`, and the per-pool series of [`pools`].
 //! Served with `/healthz` and `/readyz` on the metrics address.
+//!
+//! Owns: the registry, the operator's families and the server of `/metrics`, `/healthz`
+//! and `/readyz`. Must not import the reconcile steps (`pools` reads the `plan` and
+//! `validate` types).
 
 mod pools;
 

@@ -3,6 +3,9 @@
 //!
 //! Labels `namespace`, `cachecluster`, `pool` (bounded by the pools that exist); the
 //! series of a pool or cluster that is gone are removed. No I/O.
+//!
+//! Owns: the per-pool families and their labels. Reads `plan` and `validate` types; no
+//! I/O, no kube.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

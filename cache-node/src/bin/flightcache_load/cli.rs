@@ -1,5 +1,8 @@
 //! The command line of `flightcache-load` (clap derive; every flag also an environment
 //! variable) and its validation into [`Settings`]. No I/O.
+//!
+//! Owns: the flags and [`Settings`]. A leaf: imports no other module of the load
+//! generator and nothing of `cache_node`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,6 +1,9 @@
 //! What the run counts: per-operation outcomes into the current interval, the run total and
 //! the current phase; closed intervals; the phase label read from the phase file. Turns
 //! them into the interval lines and the JSON summary. No I/O.
+//!
+//! Owns: the counts, intervals and the summary's shape. Imports only `histogram`; must
+//! not import `target` or `run`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,6 +2,9 @@
 //! closing one interval per `--report-every` (a stdout line each, the summary file
 //! rewritten), follow the phase file, stop on the deadline or SIGTERM/SIGINT, and write
 //! the final summary. Does network and file I/O.
+//!
+//! Owns: the run's timeline and its output files. Imports `cli`, `record`, `target` and
+//! `workload`; calls the cache only through `target`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,10 @@
 //! How the load reaches the cache: straight to the target address (one HTTP/2 connection
 //! per worker, so a Service spreads them over its pods) or through the ring-aware
 //! [`RingClient`]. Does network I/O; classifies every failure into a [`CallError`].
+//!
+//! Owns: the calls and their failure classes. Imports `record` and `workload` of the
+//! load generator and, of `cache_node`, only the client and the Flight message-size
+//! limit.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! The synthetic hot set: key names, the deterministic batch stored under each key and its
 //! verification, a seeded random generator and the skewed (Zipf) key chooser. Pure; no I/O.
+//!
+//! Owns: the key names, the data and its check. Imports of `cache_node` only keys and
+//! tickets (the wire format a put's descriptor and a get's ticket carry); no calls.
 
 use std::sync::Arc;
 

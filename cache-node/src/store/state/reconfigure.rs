@@ -1,5 +1,8 @@
 //! Live reconfiguration of the locked state: new TTL applied to stored entries,
 //! caps shrunk by eviction, puts that no longer fit failed. No I/O.
+//!
+//! Owns: what a new [`StoreConfig`](crate::store::StoreConfig) does to the state.
+//! Imports nothing outside the store.
 
 use std::time::Duration;
 
