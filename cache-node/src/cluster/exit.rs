@@ -14,8 +14,8 @@
 //! once it is back it asks there on a miss for the move window (`previous_holders`).
 //!
 //! Bounded: at most [`EXIT_HANDOFF_BUDGET`] in all (inside the pod's termination grace,
-//! before the serving grace and the disk flush), [`super::rebalance::CONCURRENCY`]
-//! entries at once; what is not sent by then is counted and logged, never waited for.
+//! before the serving grace and the disk flush), [`EXIT_CONCURRENCY`] entries at once;
+//! what is not sent by then is counted and logged, never waited for.
 //!
 //! Owns: the exit copies. Must not import `flight/` or `wire/` (see the `cluster` module
 //! docs); `server.rs` runs it at shutdown. Does network I/O.
@@ -27,12 +27,16 @@ use tonic::metadata::MetadataMap;
 
 use super::Cluster;
 use super::forward::{self, WriteKind};
-use super::rebalance::CONCURRENCY;
 use crate::key::CacheKey;
 use crate::store::HandoffEntry;
 
 /// Longest the exit handoff may take.
 pub const EXIT_HANDOFF_BUDGET: Duration = Duration::from_secs(5);
+
+/// Entries sent at once at exit. Higher than a rebalance's: a force-deleted pod is
+/// killed 2 s after its SIGTERM, and each copy is a small DoPut whose time is mostly
+/// waiting for the peer, so more at once gets more of the hot set out before the kill.
+pub const EXIT_CONCURRENCY: usize = 16;
 
 /// What the exit handoff did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,7 +66,7 @@ impl Cluster {
         let metadata = MetadataMap::new();
         let sends = futures::stream::iter(entries)
             .map(|entry| self.copy_to_next_holders(entry, &leaving, &metadata))
-            .buffer_unordered(CONCURRENCY);
+            .buffer_unordered(EXIT_CONCURRENCY);
         tokio::pin!(sends);
         let deadline = tokio::time::sleep(budget);
         tokio::pin!(deadline);
