@@ -79,6 +79,9 @@ poll() {
     sleep "$POLL_INTERVAL"
   done
 }
+# exited PID: the child PID has ended (it stays a zombie until `wait`, which still answers
+# `kill -0`, so: no such process, or state Z).
+exited() { local state; state=$(ps -o stat= -p "$1") || return 0; [[ $state == Z* ]]; }
 # wait_for SECONDS DESCRIPTION COMMAND...: poll, and fail the suite on timeout.
 wait_for() {
   local limit=$1 what=$2; shift 2
