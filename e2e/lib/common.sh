@@ -80,8 +80,13 @@ poll() {
   done
 }
 # exited PID: the child PID has ended (it stays a zombie until `wait`, which still answers
-# `kill -0`, so: no such process, or state Z).
-exited() { local state; state=$(ps -o stat= -p "$1") || return 0; [[ $state == Z* ]]; }
+# `kill -0`, so: no such process, or state Z in /proc/PID/stat).
+exited() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) } # the fields after "(comm)": state first
+  [[ ${stat:0:1} == Z ]]
+}
 # wait_for SECONDS DESCRIPTION COMMAND...: poll, and fail the suite on timeout.
 wait_for() {
   local limit=$1 what=$2; shift 2
