@@ -84,6 +84,9 @@ async fn rebalance_on_a_draining_node_hands_every_entry_to_the_new_owners() {
     assert_eq!(stats_c["ringVersion"], 2);
     assert_eq!(stats_c["replicas"], 1);
     assert_eq!(stats_c["entries"], on_c.len());
+    // The times the operator compares to find a node that owes a restarted peer.
+    assert!(stats_c["uptimeMs"].as_u64().unwrap() > 0, "{stats_c}");
+    assert_eq!(stats_c["lastRebalanceMsAgo"], serde_json::Value::Null);
     let dry = rebalance(cluster.node(2), r#"{"dryRun": true}"#).await;
     assert_eq!(dry["moved"], on_c.len());
     assert_eq!(dry["movedBytes"], used_on_c);
@@ -91,7 +94,19 @@ async fn rebalance_on_a_draining_node_hands_every_entry_to_the_new_owners() {
     let limited = rebalance(cluster.node(2), r#"{"limit": 5}"#).await;
     assert_eq!(limited["moved"], 5);
     assert_eq!(limited["kept"], on_c.len() - 5);
+    let not_whole = stats(&mut cluster.client(2).await).await;
+    assert_eq!(
+        not_whole["lastRebalanceMsAgo"],
+        serde_json::Value::Null,
+        "a dry run and a limited rebalance do not count as a whole one"
+    );
     let report = rebalance(cluster.node(2), "").await;
+    let after = stats(&mut cluster.client(2).await).await;
+    let ago = after["lastRebalanceMsAgo"].as_u64().unwrap();
+    assert!(
+        ago <= after["uptimeMs"].as_u64().unwrap() && ago < 60_000,
+        "{after}"
+    );
     assert_eq!(
         report,
         json!({"moved": on_c.len() - 5, "movedBytes": report["movedBytes"], "failed": 0, "kept": 0, "copied": 0, "copyFailed": 0, "ringVersion": 2})

@@ -270,6 +270,14 @@ pub struct StatsAnswer {
     /// Copies per key the node writes.
     #[serde(default = "one")]
     pub replicas: u64,
+    /// Milliseconds since the node started serving (null from nodes that predate it).
+    #[serde(default)]
+    pub uptime_ms: Option<u64>,
+    /// Milliseconds since its last whole `rebalance` started (null before the first, and
+    /// from nodes that predate it). With `uptimeMs` of its peers it says whether a peer
+    /// restarted after this node last sent out the copies it owes.
+    #[serde(default)]
+    pub last_rebalance_ms_ago: Option<u64>,
 }
 
 /// The answer to `configure`.

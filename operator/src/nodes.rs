@@ -77,6 +77,10 @@ pub struct NodeReport {
     pub entries: u64,
     /// Its byte budget.
     pub budget_bytes: u64,
+    /// Milliseconds since it started serving (`None` from older images).
+    pub uptime_ms: Option<u64>,
+    /// Milliseconds since its last whole rebalance started (`None` before the first).
+    pub last_rebalance_ms_ago: Option<u64>,
 }
 
 /// How the operator verifies nodes that serve TLS.
@@ -139,6 +143,8 @@ impl NodeAdmin {
             ring_version: stats.ring_version,
             entries: stats.entries,
             budget_bytes: stats.budget_bytes,
+            uptime_ms: stats.uptime_ms,
+            last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
         })
     }
 

@@ -363,6 +363,22 @@ pub fn plan_pool(
         steps.push(Step::Evict(node.name.clone()));
     }
 
+    // A node that restarted outside a rollout (a deleted or force-killed pod, a crash)
+    // comes back into an unchanged ring, empty or with only its disk tier: nobody enters,
+    // so no rebalance above sends it its keys, and with two copies nothing refills its
+    // second copies (read repair refills first copies only). Each node whose last whole
+    // rebalance began before such a peer started serving owes it what it lacks — the
+    // entries handed off at its exit, its second copies — and rebalances once.
+    let rollout_steps = steps
+        .iter()
+        .any(|s| matches!(s, Step::Rebalance(..) | Step::Evict(..)));
+    if settled && !ring_changed && all_route_by_ring && cold_restart.is_none() && !rollout_steps
+    {
+        for node in owing_a_restarted_peer(&observed.nodes) {
+            rebalance(&mut steps, node);
+        }
+    }
+
     // Live config: one node per pass, while every node already on it is healthy.
     let target = u64::try_from(cluster.generation).unwrap_or(0);
     let at_target_healthy = observed
@@ -436,6 +452,34 @@ pub fn plan_pool(
     }
 }
 
+/// The nodes that owe a restarted peer its copies: Ready nodes whose last whole
+/// rebalance (before the first, their own start) began before another Ready node started
+/// serving. Times are the nodes' own (`uptimeMs`, `lastRebalanceMsAgo`, read in the same
+/// pass), so no clocks are compared. A node that does not report them (an older image)
+/// neither owes nor is owed.
+fn owing_a_restarted_peer(nodes: &[NodeView]) -> Vec<&NodeView> {
+    let started: Vec<(i32, u64)> = nodes
+        .iter()
+        .filter(|n| n.ready)
+        .filter_map(|n| Some((n.ordinal, n.report?.uptime_ms?)))
+        .collect();
+    nodes
+        .iter()
+        .filter(|owing| owing.reachable().is_some())
+        .filter(|owing| {
+            let Some(report) = owing.report else {
+                return false;
+            };
+            let Some(since) = report.last_rebalance_ms_ago.or(report.uptime_ms) else {
+                return false;
+            };
+            started
+                .iter()
+                .any(|&(ordinal, uptime)| ordinal != owing.ordinal && uptime < since)
+        })
+        .collect()
+}
+
 /// The next resize step of `node`: `None` when its memory is done, `Some(None)` while
 /// waiting (for the kubelet to apply a limit, or for the node to report).
 fn plan_resize(pool: &ValidatedPool, node: &NodeView) -> Option<Option<Step>> {
@@ -490,6 +534,8 @@ mod tests {
             ring_version,
             entries,
             budget_bytes: validated(&[("hot", 1)]).pools[0].budget_bytes,
+            uptime_ms: None,
+            last_rebalance_ms_ago: None,
         })
     }
 
@@ -549,6 +595,87 @@ mod tests {
         assert_eq!(plan.phase, Phase::Settled);
     }
 
+
+    /// A settled pool where each node reports when it started and when its last whole
+    /// rebalance began (milliseconds ago; `None`: never).
+    fn timed_pool(times: [(u64, Option<u64>); 3]) -> (ValidatedCluster, PoolObservation) {
+        let cluster = validated(&[("hot", 3)]);
+        let ring = settled_ring(&cluster, 3);
+        let nodes = (0..3)
+            .map(|o| {
+                let (uptime, rebalanced) = times[o as usize];
+                let timed = report(3, 1, 10).map(|r| NodeReport {
+                    uptime_ms: Some(uptime),
+                    last_rebalance_ms_ago: rebalanced,
+                    ..r
+                });
+                node(o, true, true, timed)
+            })
+            .collect();
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes,
+            previous: Some(ring),
+            seen_ring_version: 1,
+        };
+        (cluster, observed)
+    }
+
+    #[test]
+    fn the_peers_of_a_node_that_restarted_in_an_unchanged_ring_send_it_its_copies() {
+        // demo-hot-1 was force-deleted and is back (up 20 s); the others last rebalanced
+        // an hour ago, before it started: both owe it its keys.
+        let (cluster, observed) =
+            timed_pool([(7_200_000, Some(3_600_000)), (20_000, None), (7_200_000, None)]);
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(plan.layout.topology, observed.previous.clone().unwrap());
+        assert_eq!(
+            plan.steps,
+            [
+                Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
+                Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()),
+            ]
+        );
+        assert_eq!(plan.phase, Phase::Configuring);
+
+        // Once they have rebalanced (after it started), nothing more: the pool settles.
+        let (cluster, observed) =
+            timed_pool([(7_200_000, Some(5_000)), (20_000, None), (7_200_000, Some(4_000))]);
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(plan.steps, []);
+        assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn nodes_that_started_together_owe_only_the_ones_started_after_them_and_old_images_nothing() {
+        // A new pool: each node owes the ones that started after it, once (empty stores).
+        let (cluster, observed) = timed_pool([(9_000, None), (8_000, None), (7_000, None)]);
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            plan.steps,
+            [
+                Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
+                Step::Rebalance("demo-hot-1".into(), "10.0.0.1".into()),
+            ]
+        );
+        // A node that does not report its times neither owes nor is owed.
+        let (cluster, mut observed) =
+            timed_pool([(7_200_000, Some(3_600_000)), (20_000, None), (7_200_000, None)]);
+        for n in &mut observed.nodes {
+            n.report = report(3, 1, 10);
+        }
+        assert_eq!(plan_pool(&cluster, &cluster.pools[0], &observed).steps, []);
+        // An unready peer is not owed yet (it may still be loading its disk tier).
+        let (cluster, mut observed) =
+            timed_pool([(7_200_000, Some(3_600_000)), (20_000, None), (7_200_000, None)]);
+        observed.nodes[1].ready = false;
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert!(
+            !plan.steps.iter().any(|s| matches!(s, Step::Rebalance(..))),
+            "{:?}",
+            plan.steps
+        );
+    }
     #[test]
     fn a_second_copy_per_key_has_every_node_fill_the_copies_it_owes() {
         let one_copy = validated(&[("hot", 3)]);

@@ -28,6 +28,7 @@ pub mod rebalance;
 mod replica;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow_flight::{Action, FlightData, PutResult};
 use bytes::Bytes;
@@ -57,6 +58,11 @@ pub struct Cluster {
     leases: Arc<lease::Leases>,
     /// Read repairs in flight (see `replica.rs`).
     repairs: Arc<tokio::sync::Semaphore>,
+    /// When this node started serving, and when its last whole rebalance started: the
+    /// operator compares them across a pool's nodes to find a peer that restarted since a
+    /// node last handed out its copies (`stats`: `uptimeMs`, `lastRebalanceMsAgo`).
+    started: Instant,
+    last_rebalance: Arc<parking_lot::Mutex<Option<Instant>>>,
 }
 
 /// What became of a put forwarded to its owner.
@@ -93,7 +99,20 @@ impl Cluster {
             peers,
             leases: Arc::new(lease::Leases::default()),
             repairs: Arc::new(tokio::sync::Semaphore::new(REPAIRS_AT_ONCE)),
+            started: Instant::now(),
+            last_rebalance: Arc::new(parking_lot::Mutex::new(None)),
         }
+    }
+
+    /// How long this node has served.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// How long ago its last whole rebalance (not a dry run, no limit) started; `None`
+    /// before the first.
+    pub fn last_rebalance_ago(&self) -> Option<Duration> {
+        self.last_rebalance.lock().map(|at| at.elapsed())
     }
 
     /// The ring this node routes by.

@@ -58,6 +58,12 @@ impl Cluster {
         let report = if request.dry_run {
             self.run_rebalance(&request, metadata).await
         } else {
+            if request.limit.is_none() {
+                // Everything held is considered, so any peer that was up by now is sent
+                // what it lacks: the operator reads this to see which nodes owe a
+                // restarted peer its copies.
+                *self.last_rebalance.lock() = Some(std::time::Instant::now());
+            }
             let _running = RebalanceGauges::start(&self.metrics);
             let report = self.run_rebalance(&request, metadata).await;
             self.metrics

@@ -78,27 +78,9 @@ pub fn run(
                 removed,
             })))
         }
-        NodeAction::Stats => {
-            let current = routing.current();
-            // This node's state in the ring (null without a topology or when not a member)
-            // and the copies per key it writes.
-            let member_state = current
-                .as_ref()
-                .and_then(|m| m.ring().member(routing.self_id()?).map(|m| m.state()))
-                .map(|state| match state {
-                    MemberState::Active => node_config::MemberState::Active,
-                    MemberState::Joining => node_config::MemberState::Joining,
-                    MemberState::Draining => node_config::MemberState::Draining,
-                });
-            let answer = admin::StatsAnswer {
-                ring_version: routing.version(),
-                member_id: routing.self_id().map(str::to_owned),
-                member_state,
-                replicas: current.map_or(1, |m| m.replicas() as u64),
-                ..stats_answer(store, live)
-            };
-            Ok(Bytes::from(admin::encode(&answer)))
-        }
+        NodeAction::Stats => Ok(Bytes::from(admin::encode(&node_stats(
+            store, live, routing,
+        )))),
         NodeAction::Configure => {
             let text =
                 std::str::from_utf8(body).map_err(|_| bad_body("the body must be UTF-8 JSON"))?;
@@ -186,6 +168,29 @@ pub fn key_from_body(action: NodeAction, body: &Bytes) -> Result<CacheKey> {
     Ok(CacheKey::Path(path.to_owned()))
 }
 
+/// The `stats` answer of this node's store, config and ring (without the cluster
+/// layer's `uptimeMs` and `lastRebalanceMsAgo`, which the Flight service adds).
+pub fn node_stats(store: &Store, live: &LiveConfig, routing: &RoutingTable) -> admin::StatsAnswer {
+    let current = routing.current();
+    // This node's state in the ring (null without a topology or when not a member) and
+    // the copies per key it writes.
+    let member_state = current
+        .as_ref()
+        .and_then(|m| m.ring().member(routing.self_id()?).map(|m| m.state()))
+        .map(|state| match state {
+            MemberState::Active => node_config::MemberState::Active,
+            MemberState::Joining => node_config::MemberState::Joining,
+            MemberState::Draining => node_config::MemberState::Draining,
+        });
+    admin::StatsAnswer {
+        ring_version: routing.version(),
+        member_id: routing.self_id().map(str::to_owned),
+        member_state,
+        replicas: current.map_or(1, |m| m.replicas() as u64),
+        ..stats_answer(store, live)
+    }
+}
+
 /// The `stats` answer of this node's store and config (without ring fields).
 pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
     let stats = store.stats();
@@ -224,5 +229,7 @@ pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
         member_id: None,
         member_state: None,
         replicas: 1,
+        uptime_ms: None,
+        last_rebalance_ms_ago: None,
     }
 }

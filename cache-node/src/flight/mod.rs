@@ -600,6 +600,16 @@ impl FlightService for FlightCacheService {
                     let report = self.cluster.rebalance(request, metadata).await;
                     Bytes::from(admin::encode(&report))
                 }
+                actions::NodeAction::Stats => {
+                    let millis =
+                        |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                    let answer = admin::StatsAnswer {
+                        uptime_ms: Some(millis(self.cluster.uptime())),
+                        last_rebalance_ms_ago: self.cluster.last_rebalance_ago().map(millis),
+                        ..actions::node_stats(&self.store, &self.live, self.cluster.routing())
+                    };
+                    Bytes::from(admin::encode(&answer))
+                }
                 _ => actions::run(
                     kind,
                     &action.body,
