@@ -8,7 +8,8 @@ caller can clean up after a SIGKILL).
 
   latency    p50/p99 of a hit (one DoGet with a ticket built from the key; Redis: GET +
              IPC decode), of GetFlightInfo + DoGet, and of a put (DoPut; Redis: IPC encode
-             + SET), for each table shape
+             + SET), for each table shape; and the node's own p50/p95/p99/p99.9 per RPC
+             and shape (docs/performance.md)
   throughput sustained MB/s reading 50,000x8 with 1 and 4 client processes, and tiny-call
              requests/s (DoAction "ping"; Redis PING) with 1 and 4 client processes
   memory     node RSS vs the Arrow bytes it holds (stats usedBytes), and the node's peak
@@ -634,6 +635,22 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
                     else:
                         row.append(f"— ({n / r:.2f}×)")
             L.append("| " + " | ".join(row) + " |")
+        L.append("")
+
+    if lat and NODE in kinds:
+        # The node's own tail, per RPC and shape (what docs/performance.md sizes from);
+        # p99.9 of a cell with fewer than 1,000 calls is its maximum.
+        L.append("flightcache-node latency in µs per RPC and shape, p50 / p95 / p99 / p99.9 (n calls):")
+        L.append("")
+        L.append("| RPC | shape | Arrow bytes | p50 | p95 | p99 | p99.9 | n |")
+        L.append("|---|---|---|---:|---:|---:|---:|---:|")
+        for op, title in (("hit", "DoGet hit"), ("info_get", "GetFlightInfo + DoGet"), ("put", "DoPut")):
+            for shape in SHAPES:
+                s = lat.get(op, {}).get(shape, {}).get(NODE)
+                if not s:
+                    continue
+                L.append(f"| {title} | {shape_name(shape)} | {tables[shape].nbytes:,} | "
+                         + " | ".join(us(s.p(q)) for q in (50, 95, 99, 99.9)) + f" | {len(s.ns):,} |")
         L.append("")
 
     if lat and both and "hit" in lat:
