@@ -87,7 +87,7 @@ impl Context {
         let event = Event {
             type_,
             reason: reason.to_owned(),
-            note: Some(note),
+            note: Some(bounded_note(note)),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -95,6 +95,26 @@ impl Context {
             tracing::warn!(error = %err, reason, "failed to publish event");
         }
     }
+}
+
+/// The most an `events.k8s.io/v1` Event's note may hold; the API server refuses a
+/// longer one (and the event is lost).
+const EVENT_NOTE_MAX_BYTES: usize = 1024;
+
+/// `note` cut to [`EVENT_NOTE_MAX_BYTES`] at a character boundary, ending in `…` when
+/// cut (an invalid spec over many pools, a long error chain).
+fn bounded_note(mut note: String) -> String {
+    if note.len() <= EVENT_NOTE_MAX_BYTES {
+        return note;
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = EVENT_NOTE_MAX_BYTES - ELLIPSIS.len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str(ELLIPSIS);
+    note
 }
 
 /// One reconcile pass of `cc`.
@@ -469,6 +489,20 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+
+    #[test]
+    fn an_event_note_is_cut_to_what_the_api_server_takes() {
+        assert_eq!(bounded_note("short".into()), "short");
+        let exact = "x".repeat(EVENT_NOTE_MAX_BYTES);
+        assert_eq!(bounded_note(exact.clone()), exact);
+        // An invalid spec over every pool says more than 1 KiB; multi-byte characters are
+        // never split.
+        let long = "spec.pools[15].memoryLimit must be between 64Mi and 1Ti — ".repeat(40);
+        let cut = bounded_note(long.clone());
+        assert!(cut.len() <= EVENT_NOTE_MAX_BYTES, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert!(long.starts_with(cut.trim_end_matches('…')));
+    }
 
     fn statefulset(replicas: i32) -> StatefulSet {
         StatefulSet {

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use crds::admin::AdminAction;
 use crds::cachecluster::CacheCluster;
-use crds::node_config::{MemberState, NodeConfig, NodeDocument, Topology};
+use crds::node_config::{NodeConfig, NodeDocument};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, EvictParams, Patch, PatchParams};
@@ -48,12 +48,7 @@ pub(crate) async fn run_steps(
                 cc,
                 EventType::Normal,
                 "RingChanged",
-                format!(
-                    "pool {}: ring version {} ({})",
-                    pool.name,
-                    topology.version,
-                    describe_ring(topology)
-                ),
+                crate::ring::ring_changed_note(&pool.name, topology),
             )
             .await;
         }
@@ -200,17 +195,4 @@ pub(crate) async fn run_steps(
         }
     }
     Ok(())
-}
-
-fn describe_ring(topology: &Topology) -> String {
-    topology
-        .members
-        .iter()
-        .map(|m| match m.state {
-            MemberState::Active => m.id.clone(),
-            MemberState::Joining => format!("{} joining", m.id),
-            MemberState::Draining => format!("{} draining", m.id),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -9,11 +9,14 @@
 //!   figures.
 //! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
 //!   election; [`metrics`]: Prometheus.
+//! - [`simulate`]: the pure half of each pass driven against simulated pods and nodes,
+//!   for the control-plane bench and the tests at the CRD's limits.
 //!
 //! Layering (checked by `scripts/check-layers`): `validate`, `plan`, `ring`, `rollout`
-//! and `build/` are pure (no kube client, tokio, network or file I/O); the I/O is in
-//! `observe`, `apply`, `execute`, `nodes`, `secrets`, `status`, `leader` and `metrics`;
-//! `controller` wires them.
+//! and `build/` are pure (no kube client, tokio, network or file I/O), and so is
+//! `simulate` (not in the script's list yet); the I/O is in `observe`, `apply`,
+//! `execute`, `nodes`, `secrets`, `status`, `leader` and `metrics`; `controller` wires
+//! them.
 
 pub(crate) mod apply;
 pub(crate) mod build;
@@ -30,6 +33,7 @@ pub(crate) mod plan;
 pub(crate) mod ring;
 pub(crate) mod rollout;
 pub(crate) mod secrets;
+pub mod simulate;
 pub(crate) mod status;
 pub mod telemetry;
 pub mod validate;

@@ -372,8 +372,7 @@ pub fn plan_pool(
     let rollout_steps = steps
         .iter()
         .any(|s| matches!(s, Step::Rebalance(..) | Step::Evict(..)));
-    if settled && !ring_changed && all_route_by_ring && cold_restart.is_none() && !rollout_steps
-    {
+    if settled && !ring_changed && all_route_by_ring && cold_restart.is_none() && !rollout_steps {
         for node in owing_a_restarted_peer(&observed.nodes) {
             rebalance(&mut steps, node);
         }
@@ -595,7 +594,6 @@ mod tests {
         assert_eq!(plan.phase, Phase::Settled);
     }
 
-
     /// A settled pool where each node reports when it started and when its last whole
     /// rebalance began (milliseconds ago; `None`: never).
     fn timed_pool(times: [(u64, Option<u64>); 3]) -> (ValidatedCluster, PoolObservation) {
@@ -625,8 +623,11 @@ mod tests {
     fn the_peers_of_a_node_that_restarted_in_an_unchanged_ring_send_it_its_copies() {
         // demo-hot-1 was force-deleted and is back (up 20 s); the others last rebalanced
         // an hour ago, before it started: both owe it its keys.
-        let (cluster, observed) =
-            timed_pool([(7_200_000, Some(3_600_000)), (20_000, None), (7_200_000, None)]);
+        let (cluster, observed) = timed_pool([
+            (7_200_000, Some(3_600_000)),
+            (20_000, None),
+            (7_200_000, None),
+        ]);
         let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
         assert_eq!(plan.layout.topology, observed.previous.clone().unwrap());
         assert_eq!(
@@ -639,8 +640,11 @@ mod tests {
         assert_eq!(plan.phase, Phase::Configuring);
 
         // Once they have rebalanced (after it started), nothing more: the pool settles.
-        let (cluster, observed) =
-            timed_pool([(7_200_000, Some(5_000)), (20_000, None), (7_200_000, Some(4_000))]);
+        let (cluster, observed) = timed_pool([
+            (7_200_000, Some(5_000)),
+            (20_000, None),
+            (7_200_000, Some(4_000)),
+        ]);
         let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
         assert_eq!(plan.steps, []);
         assert_eq!(plan.phase, Phase::Settled);
@@ -659,15 +663,21 @@ mod tests {
             ]
         );
         // A node that does not report its times neither owes nor is owed.
-        let (cluster, mut observed) =
-            timed_pool([(7_200_000, Some(3_600_000)), (20_000, None), (7_200_000, None)]);
+        let (cluster, mut observed) = timed_pool([
+            (7_200_000, Some(3_600_000)),
+            (20_000, None),
+            (7_200_000, None),
+        ]);
         for n in &mut observed.nodes {
             n.report = report(3, 1, 10);
         }
         assert_eq!(plan_pool(&cluster, &cluster.pools[0], &observed).steps, []);
         // An unready peer is not owed yet (it may still be loading its disk tier).
-        let (cluster, mut observed) =
-            timed_pool([(7_200_000, Some(3_600_000)), (20_000, None), (7_200_000, None)]);
+        let (cluster, mut observed) = timed_pool([
+            (7_200_000, Some(3_600_000)),
+            (20_000, None),
+            (7_200_000, None),
+        ]);
         observed.nodes[1].ready = false;
         let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
         assert!(

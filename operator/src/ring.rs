@@ -99,6 +99,57 @@ pub fn same_ring(a: &Topology, b: &Topology) -> bool {
     key(a) == key(b)
 }
 
+/// Members a `RingChanged` note names one by one. A larger ring is summarised (its
+/// members counted by state, then the first ones not active), so the note stays within
+/// the 1 KiB an `events.k8s.io/v1` Event may carry even with the longest names (member
+/// ids of 56 characters); the API server refuses a longer one and the event is lost.
+const NOTE_MEMBERS: usize = 10;
+
+/// The note of the `RingChanged` event of `pool`: the version, and every member with
+/// its state (a ring of more than ten members: how many are in each state, and the
+/// first ten that are not active).
+pub fn ring_changed_note(pool: &str, topology: &Topology) -> String {
+    let named = |m: &TopologyMember| match m.state {
+        MemberState::Active => m.id.clone(),
+        MemberState::Joining => format!("{} joining", m.id),
+        MemberState::Draining => format!("{} draining", m.id),
+    };
+    let version = topology.version;
+    if topology.members.len() <= NOTE_MEMBERS {
+        let members = topology.members.iter().map(named).collect::<Vec<_>>();
+        return format!(
+            "pool {pool}: ring version {version} ({})",
+            members.join(", ")
+        );
+    }
+    let count = |state| topology.members.iter().filter(|m| m.state == state).count();
+    let changing: Vec<&TopologyMember> = topology
+        .members
+        .iter()
+        .filter(|m| m.state != MemberState::Active)
+        .collect();
+    let mut listed: Vec<String> = changing
+        .iter()
+        .take(NOTE_MEMBERS)
+        .map(|m| named(m))
+        .collect();
+    if changing.len() > NOTE_MEMBERS {
+        listed.push(format!("and {} more", changing.len() - NOTE_MEMBERS));
+    }
+    let summary = format!(
+        "pool {pool}: ring version {version}: {} members, {} active, {} joining, {} draining",
+        topology.members.len(),
+        count(MemberState::Active),
+        count(MemberState::Joining),
+        count(MemberState::Draining),
+    );
+    if listed.is_empty() {
+        summary
+    } else {
+        format!("{summary} ({})", listed.join(", "))
+    }
+}
+
 /// Every ordinal below `shards` active (a test fixture).
 #[cfg(test)]
 pub(crate) fn all_active(shards: i32) -> BTreeMap<i32, MemberState> {
@@ -171,6 +222,50 @@ mod tests {
         // The status says nodes saw version 9 (e.g. the ConfigMap was recreated).
         let next = plan_topology(&cluster, pool, &all_active(2), Some(&stale), 9);
         assert_eq!(next.version, 10);
+    }
+
+    #[test]
+    fn a_small_ring_change_names_every_member() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let mut states = all_active(3);
+        states.insert(2, MemberState::Draining);
+        let ring = plan_topology(&cluster, pool, &states, None, 6);
+        assert_eq!(
+            ring_changed_note("hot", &ring),
+            "pool hot: ring version 7 (demo-hot-0, demo-hot-1, demo-hot-2 draining)"
+        );
+    }
+
+    #[test]
+    fn the_ring_change_note_of_a_maximal_pool_fits_an_event() {
+        let cc = crate::simulate::maximal_cluster(256);
+        let cluster = crate::validate::validate(&cc, &crate::simulate::defaults()).unwrap();
+        let pool = &cluster.pools[0];
+        // Every mix of states a scale-out or scale-in of 256 members goes through.
+        for (active, joining) in [(256, 0), (64, 192), (255, 1), (1, 255), (0, 256)] {
+            let mut states = all_active(256);
+            for ordinal in active..active + joining {
+                states.insert(ordinal, MemberState::Joining);
+            }
+            for ordinal in active + joining..256 {
+                states.insert(ordinal, MemberState::Draining);
+            }
+            let ring = plan_topology(&cluster, pool, &states, None, u64::MAX - 1);
+            let note = ring_changed_note(&pool.name, &ring);
+            assert!(note.len() <= 1024, "{} bytes: {note}", note.len());
+            assert!(
+                note.contains(&format!("256 members, {active} active, {joining} joining")),
+                "{note}"
+            );
+        }
+        let mut states = all_active(256);
+        states.insert(200, MemberState::Draining);
+        let ring = plan_topology(&cluster, pool, &states, None, 0);
+        assert!(ring_changed_note(&pool.name, &ring).ends_with(&format!(
+            "1 draining ({} draining)",
+            member_id(&cluster, pool, 200)
+        )));
     }
 
     #[test]

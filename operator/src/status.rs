@@ -8,6 +8,7 @@
 
 use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
 use crds::conditions::{self, reasons};
+use crds::node_config::MemberState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -248,14 +249,15 @@ pub async fn apply_status(
     })
 }
 
-/// The status of each pool from its plan and what its nodes reported.
+/// The status of each pool from its plan and what its nodes reported (at most
+/// [`MAX_LISTED_NODES`] nodes listed).
 pub(crate) fn pool_statuses(
     cluster: &ValidatedCluster,
     plans: &[(PoolPlan, PoolObservation)],
     previous: Option<&CacheClusterStatus>,
 ) -> Vec<PoolStatus> {
     let target = cluster.generation;
-    cluster
+    let mut pools: Vec<PoolStatus> = cluster
         .pools
         .iter()
         .zip(plans)
@@ -334,18 +336,110 @@ pub(crate) fn pool_statuses(
                     .collect(),
             }
         })
-        .collect()
+        .collect();
+    limit_listed_nodes(&mut pools, MAX_LISTED_NODES);
+    pools
 }
 
+/// Nodes a pool's phase names; a scale-out or scale-in of more says how many more (a
+/// pool of 256 going from 1 to 256 nodes would otherwise write 14 KiB into its phase and
+/// as much into the Progressing message, for every pool).
+const PHASE_NODES: usize = 8;
+
 fn describe_phase(phase: &Phase) -> String {
+    let nodes = |nodes: &[String]| match nodes.get(..PHASE_NODES) {
+        Some(named) if nodes.len() > PHASE_NODES => {
+            format!("{} and {} more", named.join(","), nodes.len() - PHASE_NODES)
+        }
+        _ => nodes.join(","),
+    };
     match phase {
         Phase::Settled => "Settled".into(),
         Phase::WaitingForNodes => "WaitingForNodes".into(),
         Phase::Configuring => "Configuring".into(),
         Phase::Resizing(node) => format!("Resizing {node}"),
         Phase::Restarting(node) => format!("Restarting {node}"),
-        Phase::ScalingOut(nodes) => format!("ScalingOut {}", nodes.join(",")),
-        Phase::ScalingIn(nodes) => format!("ScalingIn {}", nodes.join(",")),
+        Phase::ScalingOut(joining) => format!("ScalingOut {}", nodes(joining)),
+        Phase::ScalingIn(leaving) => format!("ScalingIn {}", nodes(leaving)),
+    }
+}
+
+/// Most nodes the status lists in `pools[].nodes`, over all pools.
+///
+/// A cluster of up to this many nodes has every node listed. A larger one (the CRD
+/// allows 16 pools of 256) has the nodes that need attention listed first (not Ready,
+/// not active, not on the current template, behind the pool's ring or config), then the
+/// others, each kind shared evenly between the pools; the pool's counts
+/// (`readyShards`, `updatedShards`, `configuredShards`) cover every node either way.
+/// Each node listed costs about 360 bytes of the object etcd stores (its entry, and the
+/// managed-fields entry server-side apply records for it): the 4,096 nodes of a cluster
+/// at the CRD's limits would take 1.4 MiB of etcd's 1.5 MiB request limit on their own,
+/// leaving too little for the spec, and none during a scale-out.
+pub const MAX_LISTED_NODES: usize = 2048;
+
+/// Whether `node` is one an operator would look at first: not Ready, not active, on an
+/// old template, or behind its pool's ring or config.
+fn needs_attention(pool: &PoolStatus, node: &NodeStatus) -> bool {
+    !node.ready
+        || !node.current_template
+        || node.state.as_deref() != Some(MemberState::Active.as_str())
+        || node.ring_version != Some(pool.ring_version)
+        || node.config_generation != Some(pool.config_generation)
+}
+
+/// `budget` shared between wants: an even share each, and what one does not need goes
+/// evenly to the others.
+fn share(wants: &[usize], budget: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..wants.len()).collect();
+    order.sort_by_key(|&i| wants[i]);
+    let mut left = budget;
+    let mut shares = vec![0; wants.len()];
+    for (done, &i) in order.iter().enumerate() {
+        let even = left / (wants.len() - done);
+        shares[i] = wants[i].min(even);
+        left -= shares[i];
+    }
+    shares
+}
+
+/// Keeps at most `max` nodes over all `pools` (see [`MAX_LISTED_NODES`]), in their
+/// order.
+fn limit_listed_nodes(pools: &mut [PoolStatus], max: usize) {
+    if pools.iter().map(|p| p.nodes.len()).sum::<usize>() <= max {
+        return;
+    }
+    let attention: Vec<Vec<bool>> = pools
+        .iter()
+        .map(|pool| {
+            pool.nodes
+                .iter()
+                .map(|n| needs_attention(pool, n))
+                .collect()
+        })
+        .collect();
+    let urgent: Vec<usize> = attention
+        .iter()
+        .map(|flags| flags.iter().filter(|&&f| f).count())
+        .collect();
+    let urgent_shares = share(&urgent, max);
+    let others: Vec<usize> = pools
+        .iter()
+        .zip(&urgent)
+        .map(|(pool, urgent)| pool.nodes.len() - urgent)
+        .collect();
+    let other_shares = share(&others, max - urgent_shares.iter().sum::<usize>());
+    for ((pool, flags), (mut urgent, mut other)) in pools
+        .iter_mut()
+        .zip(attention)
+        .zip(urgent_shares.into_iter().zip(other_shares))
+    {
+        let mut keep = flags.into_iter().map(|flag| {
+            let left = if flag { &mut urgent } else { &mut other };
+            let kept = *left > 0;
+            *left = left.saturating_sub(1);
+            kept
+        });
+        pool.nodes.retain(|_| keep.next().unwrap_or(false));
     }
 }
 
@@ -371,6 +465,66 @@ mod tests {
             memory_resize: None,
             nodes: Vec::new(),
         }
+    }
+
+    fn node(o: usize, ready: bool) -> NodeStatus {
+        NodeStatus {
+            name: format!("demo-hot-{o}"),
+            ready,
+            state: Some("active".into()),
+            config_generation: Some(1),
+            ring_version: Some(1),
+            entries: Some(10),
+            current_template: true,
+        }
+    }
+
+    fn with_nodes(name: &str, nodes: usize, unready: &[usize]) -> PoolStatus {
+        PoolStatus {
+            name: name.into(),
+            nodes: (0..nodes).map(|o| node(o, !unready.contains(&o))).collect(),
+            ..pool(i32::try_from(nodes).unwrap(), 0)
+        }
+    }
+
+    #[test]
+    fn every_node_is_listed_up_to_the_cap_and_beyond_it_those_needing_attention_first() {
+        let mut pools = vec![with_nodes("a", 300, &[7, 250]), with_nodes("b", 10, &[])];
+        limit_listed_nodes(&mut pools, 310);
+        assert_eq!((pools[0].nodes.len(), pools[1].nodes.len()), (300, 10));
+
+        limit_listed_nodes(&mut pools, 100);
+        // The two not Ready come first; the small pool keeps all it has, the large one
+        // the rest of the budget, in their order.
+        assert_eq!((pools[0].nodes.len(), pools[1].nodes.len()), (90, 10));
+        let names: Vec<&str> = pools[0].nodes.iter().map(|n| n.name.as_str()).collect();
+        assert!(names.contains(&"demo-hot-250") && names.contains(&"demo-hot-7"));
+        assert_eq!(names[..3], ["demo-hot-0", "demo-hot-1", "demo-hot-2"]);
+        let behind = |p: &PoolStatus| p.nodes.iter().filter(|n| needs_attention(p, n)).count();
+        assert_eq!(behind(&pools[0]), 2);
+
+        // More nodes needing attention than the budget: shared evenly between pools.
+        let mut starting = vec![
+            with_nodes("a", 256, &(0..256).collect::<Vec<_>>()),
+            with_nodes("b", 256, &(0..256).collect::<Vec<_>>()),
+        ];
+        limit_listed_nodes(&mut starting, 100);
+        assert_eq!((starting[0].nodes.len(), starting[1].nodes.len()), (50, 50));
+    }
+
+    #[test]
+    fn a_large_scale_out_names_eight_nodes_and_counts_the_others() {
+        let joining: Vec<String> = (64..256).map(|o| format!("demo-hot-{o}")).collect();
+        assert_eq!(
+            describe_phase(&Phase::ScalingOut(joining)),
+            "ScalingOut demo-hot-64,demo-hot-65,demo-hot-66,demo-hot-67,demo-hot-68,\
+             demo-hot-69,demo-hot-70,demo-hot-71 and 184 more"
+        );
+        let leaving: Vec<String> = (2..4).map(|o| format!("demo-hot-{o}")).collect();
+        assert_eq!(
+            describe_phase(&Phase::ScalingIn(leaving)),
+            "ScalingIn demo-hot-2,demo-hot-3"
+        );
     }
 
     #[test]

@@ -107,7 +107,10 @@ pub struct PoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_resize: Option<String>,
 
-    /// Every node of the pool as the operator last saw it, by name.
+    /// The pool's nodes as the operator last saw them, by name: every node while the
+    /// CacheCluster has at most 2,048, else a share of 2,048 per pool, nodes that need
+    /// attention (not Ready, not active, behind) first, so the object stays within etcd's
+    /// request limit.
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeStatus>,
