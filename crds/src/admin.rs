@@ -566,11 +566,14 @@ mod tests {
             AdminAction::Stats,
             r#"{"budgetBytes":67108864,"entries":3,"eviction":"tinylfu",
                "evictions":{"expired":1,"explicit":2,"migrated":0,"replaced":4,"size":5},
-               "generation":7,"hits":10,"inserts":6,"locationMode":"proxy","maxEntries":10000,
+               "generation":7,"hits":10,"inserts":6,"lastRebalanceMsAgo":4200,
+               "locationMode":"proxy","maxEntries":10000,
                "maxEntryBytes":8388608,"memberId":"hot-1","memberState":"draining",
                "misses":2,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
-               "ttl":"1h 30m","ttlMode":"sliding","usedBytes":4096}"#,
+               "ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,"usedBytes":4096}"#,
         );
+        assert_eq!(stats.uptime_ms, Some(7_200_000));
+        assert_eq!(stats.last_rebalance_ms_ago, Some(4_200));
         assert_eq!(stats.ttl, Duration::from_secs(5400));
         assert_eq!(stats.member_state, Some(MemberState::Draining));
         assert_eq!(stats.eviction, EvictionPolicy::Tinylfu);
@@ -586,9 +589,10 @@ mod tests {
                "generation":1,"hits":0,"inserts":0,"locationMode":"direct","maxEntries":100,
                "maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
                "rejectedPuts":0,"replicas":1,"reservedBytes":0,"ringVersion":0,"ttl":"5m",
-               "ttlMode":"absolute","usedBytes":0}"#,
+               "ttlMode":"absolute","uptimeMs":15,"lastRebalanceMsAgo":null,"usedBytes":0}"#,
         );
         assert_eq!(stats.member_id, None);
+        assert_eq!(stats.last_rebalance_ms_ago, None, "no rebalance yet");
         assert_eq!(stats.ring_version, 0);
     }
 
@@ -604,6 +608,9 @@ mod tests {
         )
         .expect("reads");
         assert_eq!((stats.ring_version, stats.replicas), (0, 1));
+        // Nor do such nodes report their times: the operator then neither asks them to
+        // rebalance for a restarted peer nor counts them as restarted.
+        assert_eq!((stats.uptime_ms, stats.last_rebalance_ms_ago), (None, None));
     }
 
     #[test]
