@@ -25,17 +25,11 @@ import time
 
 import pyarrow.flight as flight
 
-HOST = "127.0.0.1"
-# The allocator settings every deployment of the node runs with (see flight_bench.py).
-NODE_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+# The benchmark's own helpers and the pods' allocator settings (same folder).
+from flight_bench import HOST, NODE_MALLOC_ENV, free_port, rss_bytes
+
 POLL = 0.001
 DEADLINE = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def readyz(port: int) -> bool:
@@ -57,14 +51,6 @@ def pings(port: int) -> bool:
             client.close()
     except flight.FlightError:
         return False
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def one_run(node_bin: str, workdir: str) -> dict[str, float]:
