@@ -19,9 +19,9 @@
 //!
 //! `cargo bench -p operator --bench control_plane [-- --quick]`
 //!
-//! The node's ring module is compiled into this bench as it is (it is pure and imports
-//! only `std`), so the operator does not depend on the node crate, and the keys moved
-//! and the lookup cost are the node's own.
+//! The keys moved and the lookup cost are measured with the node's own ring
+//! (`cache_node::routing::ring`, the node crate being a dev-dependency of the operator;
+//! the operator itself does not depend on it).
 
 #![allow(
     missing_docs,
