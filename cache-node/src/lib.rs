@@ -21,6 +21,7 @@
 //! internals; `ticket.rs` imports none of the three. `server.rs` alone stacks the
 //! layers.
 
+pub mod allocator;
 pub mod auth;
 pub mod cgroup;
 pub mod client;

@@ -1,7 +1,12 @@
 //! `flightcache-node`: parse the configuration, start the node, stop it on SIGTERM/Ctrl-C.
 //!
 //! Owns: the process entry point and signal handling; imports only `config`,
-//! `telemetry` and `server` of the library.
+//! `telemetry` and `server` of the library, and sets the global allocator.
+
+/// jemalloc, configured at build time (`.cargo/config.toml`): see ADR 0009 and
+/// `cache_node::allocator`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -582,6 +582,13 @@ impl Collector for StoreCollector {
         )?;
         gauge(
             &mut encoder,
+            "memory_allocator_cache",
+            "Bytes of the budget held for freed memory the allocator keeps resident for reuse",
+            Some(&Unit::Bytes),
+            stats.allocator_bytes,
+        )?;
+        gauge(
+            &mut encoder,
             "memory_budget",
             "Byte budget for cached data",
             Some(&Unit::Bytes),

@@ -416,6 +416,9 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         stop_rx.clone(),
     )));
     background.push(tokio::spawn(sweep_expired(Arc::clone(&store))));
+    background.push(tokio::spawn(crate::allocator::hold_kept_bytes(Arc::clone(
+        &store,
+    ))));
     if let Some(ServedTls {
         files,
         cert,

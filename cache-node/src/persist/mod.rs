@@ -685,6 +685,7 @@ impl Shared {
             || stats
                 .used_bytes
                 .saturating_add(stats.reserved_bytes)
+                .saturating_add(stats.allocator_bytes)
                 .saturating_add(listed.len.saturating_mul(2))
                 > config.budget_bytes
         {

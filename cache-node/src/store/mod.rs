@@ -191,6 +191,9 @@ pub struct StoreStats {
     pub used_bytes: u64,
     /// Bytes reserved by in-flight puts.
     pub reserved_bytes: u64,
+    /// Bytes of the budget held for memory the allocator keeps for reuse
+    /// ([`Store::hold_for_allocator`]).
+    pub allocator_bytes: u64,
     /// The configured byte budget.
     pub budget_bytes: u64,
     /// The configured entry cap.
@@ -398,6 +401,16 @@ impl Store {
                 shared: Arc::clone(&self.shared),
                 bytes,
             })
+    }
+
+    /// Holds `bytes` of the budget for memory the allocator freed but keeps resident
+    /// for reuse (`crate::allocator` samples it), evicting to make room, so the bytes
+    /// held plus that memory stay within the budget. Never takes room reserved by puts
+    /// in flight; returns the bytes held (less than asked when those leave no room).
+    pub fn hold_for_allocator(&self, bytes: u64) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.hold_for_allocator(bytes, now))
     }
 
     /// Looks `key` up for a reader.

@@ -74,6 +74,9 @@ pub(crate) struct Inner {
     /// The part of `reserved_bytes` held by intake reservations (bytes of puts still
     /// arriving, not yet tied to an entry).
     intake_bytes: u64,
+    /// The part of `reserved_bytes` held for freed memory the allocator keeps for reuse
+    /// (resident, so counted against the budget; see `crate::allocator`).
+    allocator_bytes: u64,
     hits: u64,
     misses: u64,
     inserts: u64,
@@ -111,6 +114,7 @@ impl Inner {
             used_bytes: 0,
             reserved_bytes: 0,
             intake_bytes: 0,
+            allocator_bytes: 0,
             hits: 0,
             misses: 0,
             inserts: 0,
@@ -459,6 +463,30 @@ impl Inner {
         self.reserved_bytes -= released;
     }
 
+    /// Holds `bytes` of the budget for the allocator's freed-but-resident memory:
+    /// growing it evicts (expired entries first, then by policy) like an intake
+    /// reservation, but never takes what puts in flight have reserved; shrinking it
+    /// gives the room back. Returns the bytes now held.
+    pub(crate) fn hold_for_allocator(&mut self, bytes: u64, now: Duration) -> u64 {
+        if bytes <= self.allocator_bytes {
+            let released = self.allocator_bytes - bytes;
+            self.allocator_bytes = bytes;
+            self.reserved_bytes -= released;
+            return bytes;
+        }
+        let wanted = (bytes - self.allocator_bytes)
+            .min(self.config.budget_bytes.saturating_sub(self.reserved_bytes));
+        let incoming = Incoming {
+            entries: 0,
+            bytes: wanted,
+        };
+        self.make_room(wanted, incoming, now);
+        let grown = wanted.min(self.free_bytes());
+        self.allocator_bytes += grown;
+        self.reserved_bytes += grown;
+        self.allocator_bytes
+    }
+
     /// Shrinks a put's reservation by up to `bytes`.
     pub(crate) fn shrink_reservation(&mut self, put_id: u64, bytes: u64) {
         if let Some(put) = self.puts.get_mut(&put_id) {
@@ -627,7 +655,8 @@ impl Inner {
         StoreStats {
             entries: self.index.len() as u64,
             used_bytes: self.used_bytes,
-            reserved_bytes: self.reserved_bytes,
+            reserved_bytes: self.reserved_bytes - self.allocator_bytes,
+            allocator_bytes: self.allocator_bytes,
             budget_bytes: self.config.budget_bytes,
             max_entries: self.config.max_entries,
             in_flight_puts: self.puts.len() as u64,
@@ -699,7 +728,7 @@ impl Inner {
         assert_eq!(self.order.bytes(), self.used_bytes, "order bytes");
         let reserved: u64 = self.puts.values().map(|put| put.reserved).sum();
         assert_eq!(
-            reserved + self.intake_bytes,
+            reserved + self.intake_bytes + self.allocator_bytes,
             self.reserved_bytes,
             "reserved bytes"
         );

@@ -279,8 +279,8 @@ fn concurrent_puts_of_one_key_leave_the_last_commit() {
     assert_eq!(store.stats().evictions.replaced, 1);
 }
 
-#[test]
-fn intake_reservations_make_room_first_and_are_released_on_drop() {
+/// A store with a 20,000-byte budget holding three entries `a`, `b`, `c` of 500 rows.
+fn three_entries_in_20_000_bytes() -> Store {
     let (store, _) = store_with(StoreConfig {
         budget_bytes: 20_000,
         max_entry_bytes: 20_000,
@@ -289,6 +289,12 @@ fn intake_reservations_make_room_first_and_are_released_on_drop() {
     for name in ["a", "b", "c"] {
         put(&store, name, 500).unwrap();
     }
+    store
+}
+
+#[test]
+fn intake_reservations_make_room_first_and_are_released_on_drop() {
+    let store = three_entries_in_20_000_bytes();
     let used = store.stats().used_bytes;
     assert!(used > 10_000, "{used}");
     // Bytes of a put still arriving: room is made now, by evicting, before they land.
@@ -311,5 +317,54 @@ fn intake_reservations_make_room_first_and_are_released_on_drop() {
         store.reserve_intake(20_001).is_none(),
         "more than the whole budget"
     );
+    store.check_invariants();
+}
+
+#[test]
+fn memory_the_allocator_keeps_is_held_in_the_budget_and_given_back() {
+    let store = three_entries_in_20_000_bytes();
+    let used = store.stats().used_bytes;
+    let per_entry = used / 3;
+    // Pages the allocator keeps evict like a put's reservation: the least valuable first.
+    let wanted = 20_000 - used + per_entry;
+    assert_eq!(store.hold_for_allocator(wanted), wanted);
+    let stats = store.stats();
+    assert_eq!((stats.entries, stats.allocator_bytes), (2, wanted));
+    assert_eq!(
+        stats.reserved_bytes, 0,
+        "not counted as a put's reservation"
+    );
+    assert_eq!(stats.evictions.size, 1);
+    assert!(stats.used_bytes + wanted <= stats.budget_bytes);
+    assert_eq!(keys(&store), ["b", "c"]);
+    store.check_invariants();
+    // Once the allocator has returned them, the room is there for puts again.
+    assert_eq!(store.hold_for_allocator(0), 0);
+    assert_eq!(store.stats().allocator_bytes, 0);
+    put(&store, "d", 500).unwrap();
+    assert_eq!(store.stats().entries, 3);
+    store.check_invariants();
+}
+
+#[test]
+fn memory_the_allocator_keeps_never_takes_a_puts_reservation() {
+    let (store, _) = store_with(StoreConfig {
+        budget_bytes: 20_000,
+        max_entry_bytes: 20_000,
+        ..config()
+    });
+    put(&store, "a", 500).unwrap();
+    let mut pending = store.begin_put(key("b"));
+    pending.reserve(12_000).unwrap();
+    // Everything but the reservation: the stored entry is evicted, the put keeps its room.
+    assert_eq!(store.hold_for_allocator(50_000), 8_000);
+    let stats = store.stats();
+    assert_eq!((stats.entries, stats.reserved_bytes), (0, 12_000));
+    store.check_invariants();
+    drop(pending);
+    // Shrinking and growing again within what is free evicts nothing.
+    assert_eq!(store.hold_for_allocator(1_000), 1_000);
+    assert_eq!(store.hold_for_allocator(19_000), 19_000);
+    assert_eq!(store.stats().evictions.size, 1);
     store.check_invariants();
 }
