@@ -142,6 +142,13 @@ impl Entry {
     }
 }
 
+#[cfg(test)]
+impl Drop for Entry {
+    fn drop(&mut self) {
+        super::lock_scope::entry_dropped();
+    }
+}
+
 impl fmt::Debug for Entry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Entry")

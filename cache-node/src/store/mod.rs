@@ -5,7 +5,9 @@
 //! Inputs are keys ([`Bytes`]; prefix operations compare bytes), Arrow data, a
 //! [`StoreConfig`] and a [`Clock`]. No I/O, no async: every method takes one short
 //! lock and returns; Arrow memory of removed entries is freed after the lock is
-//! released. Reads hand out `Arc<Entry>` and never copy Arrow data.
+//! released (every test's `check_invariants` asserts it, `lock_scope`). Under the lock
+//! only index work happens: sealing, decoding and copying are the wire layer's, before
+//! a put reaches the store. Reads hand out `Arc<Entry>` and never copy Arrow data.
 //!
 //! # Guarantees
 //!
@@ -279,6 +281,34 @@ pub struct ReconfigureOutcome {
     pub aborted_puts: u64,
 }
 
+/// The lock-scope rule, checked in tests: an entry's memory is never freed while the
+/// store's lock is held (freeing megabytes of Arrow buffers would make every reader
+/// wait). `Entry`'s drop counts violations per thread; `check_invariants` asserts that
+/// the calling thread made none.
+#[cfg(test)]
+pub(crate) mod lock_scope {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Whether this thread is inside `Shared::with_inner`.
+        pub(crate) static HELD: Cell<bool> = const { Cell::new(false) };
+        /// Entries this thread dropped while inside it.
+        static FREED_UNDER_LOCK: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Called when an entry is dropped.
+    pub(crate) fn entry_dropped() {
+        if HELD.get() {
+            FREED_UNDER_LOCK.set(FREED_UNDER_LOCK.get() + 1);
+        }
+    }
+
+    /// Entries this thread freed under the lock so far; resets the count.
+    pub(crate) fn take_freed_under_lock() -> u64 {
+        FREED_UNDER_LOCK.replace(0)
+    }
+}
+
 /// State shared by a [`Store`] and its [`PendingPut`]s.
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
@@ -292,7 +322,11 @@ impl Shared {
     pub(crate) fn with_inner<R>(&self, operation: impl FnOnce(&mut Inner) -> R) -> R {
         let (result, removed) = {
             let mut inner = self.inner.lock();
+            #[cfg(test)]
+            lock_scope::HELD.set(true);
             let result = operation(&mut inner);
+            #[cfg(test)]
+            lock_scope::HELD.set(false);
             (result, std::mem::take(&mut inner.graveyard))
         };
         drop(removed);
@@ -526,6 +560,11 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
         self.shared.with_inner(|inner| inner.check_invariants());
+        assert_eq!(
+            lock_scope::take_freed_under_lock(),
+            0,
+            "an entry was freed under the store's lock"
+        );
     }
 }
 

@@ -277,6 +277,8 @@ fn concurrent_puts_and_reads_keep_the_caps() {
                     assert!(stats.used_bytes + stats.reserved_bytes <= stats.budget_bytes);
                     assert!(stats.entries <= stats.max_entries);
                 }
+                // Every removal this thread caused freed its entry after unlocking.
+                assert_eq!(lock_scope::take_freed_under_lock(), 0);
             })
         })
         .collect();
@@ -285,6 +287,82 @@ fn concurrent_puts_and_reads_keep_the_caps() {
     }
     store.check_invariants();
     assert_eq!(store.stats().reserved_bytes, 0);
+}
+
+#[test]
+fn entries_are_freed_after_the_lock_is_released_on_every_removal_path() {
+    let (store, clock) = store_with(StoreConfig {
+        max_entries: 4,
+        budget_bytes: 20_000,
+        max_entry_bytes: 20_000,
+        ..config()
+    });
+    let removed = |store: &Store, name: &str| {
+        let weak = Arc::downgrade(&store.peek(name.as_bytes()).unwrap());
+        move || weak.upgrade().is_none()
+    };
+    put(&store, "a", 50).unwrap();
+    let replaced = removed(&store, "a");
+    put(&store, "a", 60).unwrap();
+    assert!(replaced());
+    for name in ["b", "c", "d"] {
+        put(&store, name, 50).unwrap();
+    }
+    let evicted_for_the_cap = removed(&store, "a");
+    put(&store, "e", 50).unwrap();
+    assert!(evicted_for_the_cap());
+    let evicted_for_bytes = removed(&store, "b");
+    put(&store, "f", 1_000).unwrap();
+    assert!(evicted_for_bytes());
+    let invalidated = removed(&store, "f");
+    assert!(store.invalidate(b"f"));
+    assert!(invalidated());
+    put(&store, "p/1", 10).unwrap();
+    let by_prefix = removed(&store, "p/1");
+    assert_eq!(store.invalidate_prefix(b"p/"), 1);
+    assert!(by_prefix());
+    put(&store, "g", 10).unwrap();
+    let held_for_the_allocator = removed(&store, "g");
+    store.hold_for_allocator(20_000);
+    assert!(held_for_the_allocator());
+    store.hold_for_allocator(0);
+    put(&store, "h", 10).unwrap();
+    let for_an_intake = removed(&store, "h");
+    let intake = store.reserve_intake(20_000);
+    assert!(intake.is_some() && for_an_intake());
+    drop(intake);
+    put(&store, "i", 10).unwrap();
+    let expired = removed(&store, "i");
+    clock.advance(61 * SECOND);
+    assert_eq!(store.purge_expired(), 1);
+    assert!(expired());
+    put(&store, "j", 10).unwrap();
+    let shrunk = removed(&store, "j");
+    store
+        .reconfigure(StoreConfig {
+            max_entries: 1,
+            ..store.config()
+        })
+        .unwrap();
+    put(&store, "k", 10).unwrap();
+    assert!(shrunk());
+    let cleared = removed(&store, "k");
+    store.clear();
+    assert!(cleared());
+    // check_invariants fails if any of those entries was freed under the lock.
+    store.check_invariants();
+}
+
+#[test]
+fn the_lock_scope_check_sees_an_entry_freed_under_the_lock() {
+    let (store, _) = store_with(config());
+    put(&store, "a", 10).unwrap();
+    let entry = store.peek(b"a").unwrap();
+    store.clear();
+    // The last reference, dropped inside the lock: what the rule forbids.
+    store.shared.with_inner(move |_| drop(entry));
+    assert_eq!(lock_scope::take_freed_under_lock(), 1);
+    store.check_invariants();
 }
 
 #[test]
