@@ -6,9 +6,9 @@
 //! the next one: with glibc's fixed mmap threshold (ADR 0005) those page faults were
 //! most of a large put's time (docs/benchmarks.md, "Puts"). Kept pages are resident, so
 //! the budget counts them: every [`SAMPLE_EVERY`] the bytes jemalloc keeps are read from
-//! its statistics and held in the store ([`Store::hold_for_allocator`]), which evicts
-//! like a put would. Entries held plus reservations plus kept pages stay within the
-//! budget, so the process stays within budget + base between samples.
+//! its statistics and recorded in the store ([`Store::hold_for_allocator`]). They evict
+//! nothing by themselves (an eviction would only add the entry's pages to them); room
+//! made for a put counts them, so the put evicts for what it cannot take from them.
 //!
 //! Owns: reading jemalloc's statistics (safe `tikv-jemalloc-ctl` calls only). Must not
 //! import the Flight or wire layers.

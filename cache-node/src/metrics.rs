@@ -583,7 +583,7 @@ impl Collector for StoreCollector {
         gauge(
             &mut encoder,
             "memory_allocator_cache",
-            "Bytes of the budget held for freed memory the allocator keeps resident for reuse",
+            "Freed memory the allocator keeps resident for reuse; room for puts counts it",
             Some(&Unit::Bytes),
             stats.allocator_bytes,
         )?;

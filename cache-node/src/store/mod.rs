@@ -193,8 +193,8 @@ pub struct StoreStats {
     pub used_bytes: u64,
     /// Bytes reserved by in-flight puts.
     pub reserved_bytes: u64,
-    /// Bytes of the budget held for memory the allocator keeps for reuse
-    /// ([`Store::hold_for_allocator`]).
+    /// Freed memory the allocator keeps resident for reuse, as last sampled
+    /// ([`Store::hold_for_allocator`]); room for new bytes counts it.
     pub allocator_bytes: u64,
     /// The configured byte budget.
     pub budget_bytes: u64,
@@ -437,14 +437,13 @@ impl Store {
             })
     }
 
-    /// Holds `bytes` of the budget for memory the allocator freed but keeps resident
-    /// for reuse (`crate::allocator` samples it), evicting to make room, so the bytes
-    /// held plus that memory stay within the budget. Never takes room reserved by puts
-    /// in flight; returns the bytes held (less than asked when those leave no room).
-    pub fn hold_for_allocator(&self, bytes: u64) -> u64 {
-        let now = self.shared.clock.now();
+    /// Records `bytes` of memory the allocator freed but keeps resident for reuse
+    /// (`crate::allocator` samples it). They evict nothing by themselves; room made for
+    /// new bytes counts them, so a put evicts for what it cannot take from them and
+    /// entries + reservations + kept pages stay within the budget.
+    pub fn hold_for_allocator(&self, bytes: u64) {
         self.shared
-            .with_inner(|inner| inner.hold_for_allocator(bytes, now))
+            .with_inner(|inner| inner.hold_for_allocator(bytes));
     }
 
     /// Looks `key` up for a reader.

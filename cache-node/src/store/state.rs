@@ -74,8 +74,8 @@ pub(crate) struct Inner {
     /// The part of `reserved_bytes` held by intake reservations (bytes of puts still
     /// arriving, not yet tied to an entry).
     intake_bytes: u64,
-    /// The part of `reserved_bytes` held for freed memory the allocator keeps for reuse
-    /// (resident, so counted against the budget; see `crate::allocator`).
+    /// Freed memory the allocator keeps resident for reuse (sampled, see
+    /// `crate::allocator`): not part of `reserved_bytes`, but room for new bytes counts it.
     allocator_bytes: u64,
     hits: u64,
     misses: u64,
@@ -463,28 +463,12 @@ impl Inner {
         self.reserved_bytes -= released;
     }
 
-    /// Holds `bytes` of the budget for the allocator's freed-but-resident memory:
-    /// growing it evicts (expired entries first, then by policy) like an intake
-    /// reservation, but never takes what puts in flight have reserved; shrinking it
-    /// gives the room back. Returns the bytes now held.
-    pub(crate) fn hold_for_allocator(&mut self, bytes: u64, now: Duration) -> u64 {
-        if bytes <= self.allocator_bytes {
-            let released = self.allocator_bytes - bytes;
-            self.allocator_bytes = bytes;
-            self.reserved_bytes -= released;
-            return bytes;
-        }
-        let wanted = (bytes - self.allocator_bytes)
-            .min(self.config.budget_bytes.saturating_sub(self.reserved_bytes));
-        let incoming = Incoming {
-            entries: 0,
-            bytes: wanted,
-        };
-        self.make_room(wanted, incoming, now);
-        let grown = wanted.min(self.free_bytes());
-        self.allocator_bytes += grown;
-        self.reserved_bytes += grown;
-        self.allocator_bytes
+    /// Records `bytes` of freed memory the allocator keeps resident. They evict nothing
+    /// by themselves (evicting an entry only adds its pages to them until they are
+    /// reused or returned); room made for a reservation counts them, so a put evicts for
+    /// the pages it cannot take from them.
+    pub(crate) fn hold_for_allocator(&mut self, bytes: u64) {
+        self.allocator_bytes = bytes;
     }
 
     /// Shrinks a put's reservation by up to `bytes`.
@@ -608,11 +592,21 @@ impl Inner {
     /// Evicts until `needed` more bytes fit: expired entries first, then by policy.
     /// `incoming` is what will enter the eviction window afterwards. Returns the
     /// number evicted and whether the bytes now fit.
+    ///
+    /// Room counts the pages the allocator keeps ([`Self::hold_for_allocator`]): they
+    /// are resident, and a put takes its memory from them first. When no entry is left
+    /// to evict, the bytes fit if reservations and entries alone leave room: the put
+    /// then reuses those pages instead of adding to them.
     fn make_room(&mut self, needed: u64, incoming: Incoming, now: Duration) -> (u64, bool) {
         let mut evicted = 0;
         while self.free_bytes() < needed {
             if self.evict_one(incoming, now).is_none() {
-                return (evicted, false);
+                let fits = self
+                    .config
+                    .budget_bytes
+                    .saturating_sub(self.used_bytes + self.reserved_bytes)
+                    >= needed;
+                return (evicted, fits);
             }
             evicted += 1;
         }
@@ -643,10 +637,11 @@ impl Inner {
         }
     }
 
+    /// Budget left beside entries, reservations and the allocator's kept pages.
     fn free_bytes(&self) -> u64 {
         self.config
             .budget_bytes
-            .saturating_sub(self.used_bytes + self.reserved_bytes)
+            .saturating_sub(self.used_bytes + self.reserved_bytes + self.allocator_bytes)
     }
 
     // ----- stats -----
@@ -655,7 +650,7 @@ impl Inner {
         StoreStats {
             entries: self.index.len() as u64,
             used_bytes: self.used_bytes,
-            reserved_bytes: self.reserved_bytes - self.allocator_bytes,
+            reserved_bytes: self.reserved_bytes,
             allocator_bytes: self.allocator_bytes,
             budget_bytes: self.config.budget_bytes,
             max_entries: self.config.max_entries,
@@ -728,7 +723,7 @@ impl Inner {
         assert_eq!(self.order.bytes(), self.used_bytes, "order bytes");
         let reserved: u64 = self.puts.values().map(|put| put.reserved).sum();
         assert_eq!(
-            reserved + self.intake_bytes + self.allocator_bytes,
+            reserved + self.intake_bytes,
             self.reserved_bytes,
             "reserved bytes"
         );

@@ -321,11 +321,6 @@ fn entries_are_freed_after_the_lock_is_released_on_every_removal_path() {
     let by_prefix = removed(&store, "p/1");
     assert_eq!(store.invalidate_prefix(b"p/"), 1);
     assert!(by_prefix());
-    put(&store, "g", 10).unwrap();
-    let held_for_the_allocator = removed(&store, "g");
-    store.hold_for_allocator(20_000);
-    assert!(held_for_the_allocator());
-    store.hold_for_allocator(0);
     put(&store, "h", 10).unwrap();
     let for_an_intake = removed(&store, "h");
     let intake = store.reserve_intake(20_000);

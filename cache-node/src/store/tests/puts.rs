@@ -321,50 +321,47 @@ fn intake_reservations_make_room_first_and_are_released_on_drop() {
 }
 
 #[test]
-fn memory_the_allocator_keeps_is_held_in_the_budget_and_given_back() {
+fn room_for_a_put_counts_the_memory_the_allocator_keeps() {
     let store = three_entries_in_20_000_bytes();
     let used = store.stats().used_bytes;
     let per_entry = used / 3;
-    // Pages the allocator keeps evict like a put's reservation: the least valuable first.
-    let wanted = 20_000 - used + per_entry;
-    assert_eq!(store.hold_for_allocator(wanted), wanted);
+    // Kept pages evict nothing by themselves: evicting only adds to them.
+    let kept = 20_000 - used;
+    store.hold_for_allocator(kept);
     let stats = store.stats();
-    assert_eq!((stats.entries, stats.allocator_bytes), (2, wanted));
-    assert_eq!(
-        stats.reserved_bytes, 0,
-        "not counted as a put's reservation"
-    );
-    assert_eq!(stats.evictions.size, 1);
-    assert!(stats.used_bytes + wanted <= stats.budget_bytes);
-    assert_eq!(keys(&store), ["b", "c"]);
+    assert_eq!((stats.entries, stats.allocator_bytes), (3, kept));
+    assert_eq!(stats.reserved_bytes, 0, "not a put's reservation");
     store.check_invariants();
-    // Once the allocator has returned them, the room is there for puts again.
-    assert_eq!(store.hold_for_allocator(0), 0);
-    assert_eq!(store.stats().allocator_bytes, 0);
-    put(&store, "d", 500).unwrap();
-    assert_eq!(store.stats().entries, 3);
+    // A reservation makes room beside them: the least valuable entry goes.
+    let intake = store.reserve_intake(per_entry).unwrap();
+    assert_eq!(keys(&store), ["b", "c"]);
+    assert_eq!(store.stats().evictions.size, 1);
+    drop(intake);
+    // Once the allocator has returned them, the room is there again without evicting.
+    store.hold_for_allocator(0);
+    let intake = store.reserve_intake(2 * per_entry).unwrap();
+    assert_eq!(store.stats().entries, 2);
+    drop(intake);
     store.check_invariants();
 }
 
 #[test]
-fn memory_the_allocator_keeps_never_takes_a_puts_reservation() {
+fn kept_pages_never_make_an_empty_store_refuse_what_fits_its_budget() {
     let (store, _) = store_with(StoreConfig {
         budget_bytes: 20_000,
         max_entry_bytes: 20_000,
         ..config()
     });
     put(&store, "a", 500).unwrap();
+    // More kept than the budget leaves: the put evicts what it can, then takes its
+    // memory from the kept pages (it reuses them instead of adding to them).
+    store.hold_for_allocator(19_000);
     let mut pending = store.begin_put(key("b"));
     pending.reserve(12_000).unwrap();
-    // Everything but the reservation: the stored entry is evicted, the put keeps its room.
-    assert_eq!(store.hold_for_allocator(50_000), 8_000);
     let stats = store.stats();
     assert_eq!((stats.entries, stats.reserved_bytes), (0, 12_000));
-    store.check_invariants();
+    // What even an empty store could not hold is still refused.
+    assert!(store.reserve_intake(9_000).is_none());
     drop(pending);
-    // Shrinking and growing again within what is free evicts nothing.
-    assert_eq!(store.hold_for_allocator(1_000), 1_000);
-    assert_eq!(store.hold_for_allocator(19_000), 19_000);
-    assert_eq!(store.stats().evictions.size, 1);
     store.check_invariants();
 }
