@@ -42,7 +42,7 @@ use crate::key::CacheKey;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::{Route, RoutingTable};
-use crate::store::{Entry, Store};
+use crate::store::{Entry, IntakeCover, Store};
 use crate::ticket::CacheTicket;
 use crate::wire::hit::StoredHit;
 
@@ -105,9 +105,10 @@ impl FlightCacheService {
         input: Streaming<FlightData>,
         metadata: &MetadataMap,
         copy: Option<WriteKind>,
+        cover: Option<Arc<IntakeCover>>,
     ) -> Result<FlightStream<PutResult>, Error> {
         let lifetime = forward::carried_lifetime(metadata, copy);
-        let ingested = put::ingest(&self.store, key.clone(), first, input, lifetime).await;
+        let ingested = put::ingest(&self.store, key.clone(), first, input, lifetime, cover).await;
         self.cluster.put_finished(&key);
         let summary = ingested?;
         self.cluster
@@ -493,7 +494,9 @@ impl FlightService for FlightCacheService {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
         let timer = self.metrics.rpc("DoPut");
-        let (metadata, _, mut input) = request.into_parts();
+        let (metadata, extensions, mut input) = request.into_parts();
+        // Whether the wire layer reserved every message's bytes as they arrived.
+        let cover = extensions.get::<Arc<IntakeCover>>().cloned();
         let result = async {
             let (first, key) = put::read_first(&mut input).await?;
             // A copy (replica write, handover) is stored here, never forwarded again.
@@ -503,7 +506,10 @@ impl FlightService for FlightCacheService {
                 None => self.cluster.route(&key, &metadata)?,
             };
             match route {
-                Route::Local => self.store_put(key, first, input, &metadata, copy).await,
+                Route::Local => {
+                    self.store_put(key, first, input, &metadata, copy, cover)
+                        .await
+                }
                 Route::Forward(peer) => {
                     let forwarded = self
                         .cluster
@@ -514,7 +520,10 @@ impl FlightService for FlightCacheService {
                         ForwardedPut::StoreHere(upload) => {
                             let Upload { first, rest } = *upload;
                             let copy = Some(WriteKind::Fallback);
-                            self.store_put(key, first, rest, &metadata, copy).await
+                            // Part of the stream went to the owner first: charge every
+                            // message as the put receives it.
+                            self.store_put(key, first, rest, &metadata, copy, None)
+                                .await
                         }
                     }
                 }

@@ -15,7 +15,8 @@
 //! Memory discipline: message bytes are counted as they arrive and the put is refused
 //! with RESOURCE_EXHAUSTED as soon as they pass the max entry size, before the entry is
 //! buffered whole. Each received message is reserved in the store's budget while it is
-//! decoded; its batch is then sealed (encoded once into its stored IPC form, an exactly
+//! decoded (by the wire layer as it arrived, `store::IntakeCover`, or else here); its
+//! batch is then sealed (encoded once into its stored IPC form, an exactly
 //! sized allocation, so a slice never pins its parent and no gRPC receive buffer stays
 //! alive; see `wire::seal`), the sealed weight is reserved and the receive buffer's
 //! bytes are released before the next message is read. Commit installs the entry
@@ -39,7 +40,9 @@ use tonic::{Status, Streaming};
 
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
-use crate::store::{self, Lifetime, SealedBatch, SealedEntry, SealedSchema, Store, batch_weight};
+use crate::store::{
+    self, IntakeCover, Lifetime, SealedBatch, SealedEntry, SealedSchema, Store, batch_weight,
+};
 use crate::wire::seal::{Intake, IntakeError, Received};
 
 /// Options a client may send in the first message's `app_metadata`.
@@ -112,7 +115,9 @@ pub async fn read_first(input: &mut Streaming<FlightData>) -> Result<(FlightData
 
 /// Reads the rest of a DoPut stream (after [`read_first`]) into the store, with the
 /// `lifetime` a handover carries ([`Lifetime::default`] for a client's put; a TTL in
-/// the put options replaces its `ttl_override`).
+/// the put options replaces its `ttl_override`). `cover` is the wire layer's word on
+/// whether each message's bytes were reserved as they arrived (then they are not
+/// reserved again while the message is decoded).
 ///
 /// # Errors
 /// Bad descriptor, options or IPC stream (INVALID_ARGUMENT), a schema change
@@ -124,6 +129,7 @@ pub async fn ingest(
     first: FlightData,
     input: Streaming<FlightData>,
     lifetime: Lifetime,
+    cover: Option<Arc<IntakeCover>>,
 ) -> Result<PutSummary> {
     let mut ttl_override = lifetime.ttl_override;
     let mut options_seen = !first.app_metadata.is_empty();
@@ -160,6 +166,7 @@ pub async fn ingest(
         .try_filter(|message| futures::future::ready(!message.data_header.is_empty()));
 
     let mut assembly = Assembly::new(pending, max_entry_bytes);
+    assembly.cover = cover;
     while let Some(message) = messages.next().await {
         let message = match message {
             Ok(message) => message,
@@ -209,6 +216,8 @@ pub struct Assembly {
     max_entry_bytes: u64,
     /// The dictionary columns would hydrate past the entry size: a refused put.
     hydration_refused: bool,
+    /// Set for a DoPut whose messages the wire layer reserved as they arrived.
+    cover: Option<Arc<IntakeCover>>,
 }
 
 impl Assembly {
@@ -222,6 +231,7 @@ impl Assembly {
             rows: 0,
             max_entry_bytes,
             hydration_refused: false,
+            cover: None,
         }
     }
 
@@ -250,8 +260,14 @@ impl Assembly {
     /// A bad IPC message or a schema change (INVALID_ARGUMENT), an oversized entry or
     /// no room (RESOURCE_EXHAUSTED), a racing invalidation (ABORTED).
     pub fn accept(&mut self, message: FlightData, key: &CacheKey) -> Result<()> {
-        // The message sits in its receive buffer until it has been read and sealed.
-        let received = (message.data_header.len() + message.data_body.len()) as u64;
+        // The message sits in its receive buffer until it has been read and sealed:
+        // reserved here unless the wire layer's reservation of it still holds.
+        let covered = self.cover.as_ref().is_some_and(|cover| cover.all_covered());
+        let received = if covered {
+            0
+        } else {
+            (message.data_header.len() + message.data_body.len()) as u64
+        };
         self.pending
             .reserve_transient(received)
             .map_err(store_error(key))?;

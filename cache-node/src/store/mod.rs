@@ -104,6 +104,29 @@ impl Drop for IntakeReservation {
     }
 }
 
+/// Whether every message of one DoPut so far had its bytes reserved as it arrived
+/// ([`Store::reserve_intake`], by the wire layer). While that holds, the put need not
+/// reserve a message's received bytes a second time while it decodes them: the intake
+/// reservation still covers them (it is released only when the next message is read).
+/// One flag per request, shared by the wire layer (which sets it) and the put.
+#[derive(Debug, Default)]
+pub struct IntakeCover {
+    uncovered: std::sync::atomic::AtomicBool,
+}
+
+impl IntakeCover {
+    /// A message of the request passed without a reservation (no room beside others).
+    pub fn note_uncovered(&self) {
+        self.uncovered
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether every message so far was reserved on arrival.
+    pub fn all_covered(&self) -> bool {
+        !self.uncovered.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 /// Errors of the store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {

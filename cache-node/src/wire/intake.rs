@@ -28,7 +28,7 @@ use tonic::codegen::http;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::server::NamedService;
 
-use crate::store::{IntakeReservation, Store};
+use crate::store::{IntakeCover, IntakeReservation, Store};
 
 /// The gRPC path of DoPut.
 const DO_PUT_PATH: &str = "/arrow.flight.protocol.FlightService/DoPut";
@@ -69,9 +69,12 @@ where
         if request.uri().path() != DO_PUT_PATH {
             return Box::pin(self.inner.call(request));
         }
-        // Reserve each message's bytes as soon as its length is known.
-        let (parts, body) = request.into_parts();
-        let body = IntakeBody::new(body, std::sync::Arc::clone(&self.store));
+        // Reserve each message's bytes as soon as its length is known; the put learns
+        // from the request's extensions whether every message was covered.
+        let (mut parts, body) = request.into_parts();
+        let cover = std::sync::Arc::new(IntakeCover::default());
+        parts.extensions.insert(std::sync::Arc::clone(&cover));
+        let body = IntakeBody::new(body, std::sync::Arc::clone(&self.store)).covering(cover);
         Box::pin(
             self.inner
                 .call(http::Request::from_parts(parts, Body::new(body))),
@@ -116,6 +119,8 @@ pub struct IntakeBody {
     /// Set once a message over the max entry size was announced: the body answers this
     /// error once, then ends.
     refused: Option<Refusal>,
+    /// Told when a message passes unreserved.
+    cover: std::sync::Arc<IntakeCover>,
 }
 
 /// A message over the max entry size, seen in its prefix.
@@ -140,7 +145,13 @@ impl IntakeBody {
             current: None,
             passed: Vec::new(),
             refused: None,
+            cover: std::sync::Arc::default(),
         }
+    }
+
+    /// Reports messages that pass unreserved to `cover` (the put reads it).
+    pub fn covering(self, cover: std::sync::Arc<IntakeCover>) -> Self {
+        Self { cover, ..self }
     }
 
     /// Follows the framing through `data`, reserving each message announced in it. When
@@ -166,6 +177,9 @@ impl IntakeBody {
                             return Some(prefix_start);
                         }
                         self.current = self.store.reserve_intake(length + in_transit(length));
+                        if self.current.is_none() {
+                            self.cover.note_uncovered();
+                        }
                         self.framing = Framing::Message { remaining: length };
                         if length == 0 {
                             self.message_passed();
@@ -318,14 +332,25 @@ mod tests {
     fn a_message_the_budget_cannot_hold_passes_unreserved_and_the_framing_is_followed() {
         let store = store(1_000);
         let held = store.reserve_intake(900).unwrap();
-        let mut body = IntakeBody::new(Body::empty(), Arc::clone(&store));
+        let cover = Arc::new(IntakeCover::default());
+        let mut body =
+            IntakeBody::new(Body::empty(), Arc::clone(&store)).covering(Arc::clone(&cover));
+        assert!(cover.all_covered());
         body.observe(&message(500)[..50]);
         assert_eq!(body.reserved(), 0, "no room: the put's own checks decide");
+        assert!(
+            !cover.all_covered(),
+            "the put is told to reserve the received bytes itself"
+        );
         assert_eq!(body.refused, None, "within the max entry size");
         // The framing is still followed: the next message is seen and reserved.
         body.observe(&message(500)[50..]);
         body.observe(&message(10)[..5]);
         assert_eq!(body.reserved(), 20);
+        assert!(
+            !cover.all_covered(),
+            "once uncovered, always: the put stays careful"
+        );
         drop(body);
         drop(held);
         assert_eq!(store.stats().reserved_bytes, 0);
