@@ -372,13 +372,17 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
             connections_refused,
         );
         // Larger HTTP/2 windows and frames let a multi-megabyte put arrive without a
-        // window-update round trip every 64 KiB. The stream cap bounds what one
+        // window-update round trip every 64 KiB. A stream's window is one frame: the
+        // bytes HTTP/2 buffers ahead of a put that is busy with its last message are at
+        // most what the intake reservation allows for in transit (`wire::intake`), so
+        // the budget covers them; a 4 MiB window let up to 4 MiB per put sit there
+        // uncounted (the put storm's RSS went above budget + base). The stream cap bounds what one
         // connection can hold open (one connection opening 100,000 streams used to cost
         // ~437 MiB); keepalive pings find dead peers; the header list bound keeps a
         // request's metadata small.
         let router = tonic::transport::Server::builder()
             .timeout(max_call_duration)
-            .initial_stream_window_size(4 << 20)
+            .initial_stream_window_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
             .initial_connection_window_size(8 << 20)
             .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
             .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
