@@ -14,8 +14,13 @@ caller can clean up after a SIGKILL).
              requests/s (DoAction "ping"; Redis PING) with 1 and 4 client processes
   memory     node RSS vs the Arrow bytes it holds (stats usedBytes), and the node's peak
              RSS during a 4-process put storm vs its budget
+  rust       the same servers measured with a Rust client (cache-node/benches/flight_calls.rs,
+             built here with `cargo bench --no-run`), where pyarrow's own client would be the
+             ceiling: tiny-call requests/s with 1 and 4 clients, and the p50/p99/p99.9 of a
+             200x7 hit, idle and while 4 clients put 50,000x8 tables continuously
 
 Usage: python flight_bench.py --node-bin PATH --redis-bin PATH [--quick] [--out FILE]
+         [--parts latency,throughput,memory,rust] [--calls-bin PATH]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import os
 import math
 import platform
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +47,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 HOST = "127.0.0.1"
 MB = 1_000_000
 MiB = 1 << 20
@@ -49,6 +56,9 @@ SHAPES = [(200, 7), (1_827, 2), (50_000, 2), (10_000, 8), (50_000, 8)]
 # Shapes where the node must be no slower than Redis + IPC decode.
 REDIS_TARGET_SHAPES = {(50_000, 2), (10_000, 8), (50_000, 8)}
 THROUGHPUT_SHAPE = (50_000, 8)
+# The entry the Rust client's reader hits while others put THROUGHPUT_SHAPE tables.
+HIT_SHAPE = (200, 7)
+PARTS = ("latency", "throughput", "memory", "rust")
 
 NODE, PYARROW, REDIS = "node", "pyarrow", "redis"
 LABELS = {NODE: "flightcache-node", PYARROW: "pyarrow Flight", REDIS: "Redis + IPC"}
@@ -77,6 +87,9 @@ class Settings:
     storm_budget: int = 256 * MiB
     storm_seconds: float = 20.0
     storm_clients: int = 4
+    # rust (the Rust client, benches/flight_calls.rs); tiny calls use tiny_seconds
+    hits_seconds: float = 5.0  # per hit-latency run (idle, under puts)
+    hits_putters: int = 4
 
     @classmethod
     def make(cls, quick: bool) -> "Settings":
@@ -94,6 +107,7 @@ class Settings:
             tiny_seconds=1.5,
             worker_warmup_seconds=0.2,
             storm_seconds=5.0,
+            hits_seconds=1.5,
         )
 
 
@@ -571,6 +585,101 @@ def measure_memory(procs: Processes, node_bin: str, settings: Settings, log) -> 
     return out
 
 
+# --------------------------------------------------------------------------- rust client
+
+
+def locate_calls_bin(override: str | None, log) -> str:
+    """The Rust client (benches/flight_calls.rs): --calls-bin, else built (or found fresh)
+    with `cargo bench --no-run` in the repository, in CARGO_TARGET_DIR (default: the
+    target directory cache-node/bench/run builds the node in)."""
+    if override:
+        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+            raise RuntimeError(f"--calls-bin {override} is not an executable file")
+        return override
+    env = dict(os.environ)
+    if not env.get("CARGO_TARGET_DIR"):
+        cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        env["CARGO_TARGET_DIR"] = os.path.join(cache, "flightcache", "target")
+    argv = ["cargo", "bench", "-p", "cache-node", "--bench", "flight_calls", "--no-run", "--message-format=json"]
+    log(f"bench: building the Rust client: {' '.join(argv)} (CARGO_TARGET_DIR={env['CARGO_TARGET_DIR']})")
+    # Built before any server starts; at the lowest priority so it never slows a
+    # neighbour on a shared machine (CARGO_BUILD_JOBS limits its parallelism).
+    nice = ["nice", "-n", "19"] if shutil.which("nice") else []
+    try:
+        proc = subprocess.run(nice + argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=None, text=True)
+    except FileNotFoundError:
+        raise RuntimeError("cargo not found: install Rust or pass --calls-bin PATH") from None
+    exe = None
+    for line in proc.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "flight_calls":
+            exe = msg.get("executable") or exe
+    if proc.returncode != 0 or not exe:
+        raise RuntimeError(f"building the Rust client failed (cargo exit code {proc.returncode}; no flight_calls executable reported)")
+    return exe
+
+
+def run_calls(calls_bin: str, args: list[str], timeout: float) -> dict:
+    """Runs the Rust client once; its one JSON line as a dict."""
+    argv = [calls_bin, *args]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{' '.join(argv)} took more than {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited with code {proc.returncode}: {proc.stderr.strip()}")
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if not lines:
+        raise RuntimeError(f"{' '.join(argv)} printed nothing")
+    return json.loads(lines[-1])
+
+
+def measure_rust(calls_bin: str, ports: dict, systems: dict, tables: dict, settings: Settings, log) -> dict:
+    """tiny[clients][kind] and hits[kind]["idle" | "load"]: the Rust client's JSON lines."""
+    kinds = [k for k in (NODE, PYARROW) if k in ports]
+    out: dict = {"tiny": {}, "hits": {}}
+    for clients in (1, 4):
+        row = {}
+        for kind in kinds:
+            row[kind] = run_calls(calls_bin, [
+                "tiny", "--target", f"{HOST}:{ports[kind]}", "--clients", str(clients),
+                "--seconds", str(settings.tiny_seconds), "--warmup-seconds", str(settings.worker_warmup_seconds),
+            ], timeout=settings.tiny_seconds + 120)
+        out["tiny"][clients] = row
+        log(f"  tiny   {clients} client(s), Rust client  "
+            + "  ".join(f"{k}: {v['calls_per_s']:9.0f} calls/s (p50 {v['p50_us']:.0f}µs, p99 {v['p99_us']:.0f}µs)" for k, v in row.items()))
+
+    key = shape_key(HIT_SHAPE)
+    table = tables[HIT_SHAPE]
+    tickets = {}
+    for kind in kinds:  # (re)store the entry the reader hits, and check it
+        systems[kind].put(key, table)
+        if not systems[kind].hit(key).equals(table):
+            raise RuntimeError(f"{kind} returned a different table for {key}")
+        tickets[kind] = (node_ticket(key) if kind == NODE else key.encode()).hex()
+    rows, cols = THROUGHPUT_SHAPE
+    # Idle first on every system, then under puts: a storm's leftovers (memory, evictions)
+    # never precede an idle measurement.
+    for phase, putters in (("idle", 0), ("load", settings.hits_putters)):
+        for kind in kinds:
+            res = run_calls(calls_bin, [
+                "hits", "--target", f"{HOST}:{ports[kind]}", "--ticket-hex", tickets[kind],
+                "--seconds", str(settings.hits_seconds), "--warmup-seconds", str(settings.worker_warmup_seconds),
+                "--putters", str(putters), "--put-rows", str(rows), "--put-cols", str(cols),
+                "--put-path-prefix", f"bench/rust-storm/{kind}",
+            ], timeout=settings.hits_seconds + 300)
+            if res.get("rows") != HIT_SHAPE[0]:
+                raise RuntimeError(f"{kind}: the Rust client's hits returned {res.get('rows')} rows, not {HIT_SHAPE[0]}")
+            out["hits"].setdefault(kind, {})[phase] = res
+            log(f"  hits   {shape_name(HIT_SHAPE)} {phase:4s} ({putters} putters) {kind}: p50 {res['p50_us']:.0f}µs "
+                f"p99 {res['p99_us']:.0f}µs p99.9 {res['p999_us']:.0f}µs n={res['hits']} puts {res['puts']} "
+                f"(errors {res['put_errors']})")
+    return out
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -582,7 +691,8 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str], tables: dict) -> str:
+def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str], tables: dict,
+           rust: dict | None = None) -> str:
     L: list[str] = []
     summary: list[tuple[str, str, str]] = []  # (target, figure, PASS/MISS)
     both = NODE in kinds and PYARROW in kinds
@@ -689,7 +799,7 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
                     ratio = row[NODE][0] / row[PYARROW][0]
                     v = verdict(ratio >= 3.0)
                     extra = ["≥ 3× pyarrow", f"{v} ({ratio:.2f}×)"]
-                    summary.append((f"tiny calls/s, {clients} client{plural} ≥ 3× pyarrow",
+                    summary.append((f"tiny calls/s, {clients} client{plural} ≥ 3× pyarrow (Python client)",
                                     f"{row[NODE][0]:,.0f} vs {row[PYARROW][0]:,.0f} ({ratio:.2f}×)", v))
             L.append("| " + " | ".join([name] + vals + extra) + " |")
             if op == "tiny":
@@ -703,6 +813,9 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
                 L.append("| " + " | ".join([f"client-bound ceiling calls/s, {clients} client{plural}"] + ceiling
                                             + (["—", "—"] if both else [])) + " |")
         L.append("")
+
+    if rust:
+        render_rust(L, summary, rust, tables)
 
     if mem:
         m, s = mem["mem"], mem["storm"]
@@ -742,6 +855,79 @@ def render(meta: dict, lat: dict, thr: dict, mem: dict | None, kinds: list[str],
     return "\n".join(L)
 
 
+def render_rust(L: list[str], summary: list, rust: dict, tables: dict) -> None:
+    """The Rust client's section of the report, and its two targets in the summary."""
+    tiny, hits = rust["tiny"], rust["hits"]
+    kinds = [k for k in (NODE, PYARROW) if k in hits]
+    both = NODE in kinds and PYARROW in kinds
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}×" if b else "—"
+
+    L.append("Rust client (cache-node/benches/flight_calls.rs, tokio + tonic, one HTTP/2 connection per client): tiny calls =")
+    L.append("DoAction `ping` in a loop by N concurrent clients; client CPU = CPU time of the client process (all threads) per call.")
+    L.append("")
+    head = ["measure"] + [LABELS[k] for k in kinds] + ["node/pyarrow", "target", "result"]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "|".join(["---"] * len(head)) + "|")
+    verdicts, figures = [], []
+    for clients, row in tiny.items():
+        plural = "s" if clients > 1 else ""
+        vals = [f"{row[k]['calls_per_s']:,.0f}" for k in kinds]
+        if both:
+            r = row[NODE]["calls_per_s"] / row[PYARROW]["calls_per_s"] if row[PYARROW]["calls_per_s"] else 0.0
+            v = verdict(r >= 3.0)
+            verdicts.append(v)
+            figures.append(f"{clients} client{plural}: {row[NODE]['calls_per_s']:,.0f} vs {row[PYARROW]['calls_per_s']:,.0f} ({r:.2f}×)")
+            extra = [f"{r:.2f}×", "≥ 3× pyarrow", v]
+        else:
+            extra = ["—", "≥ 3× pyarrow", "—"]
+        L.append("| " + " | ".join([f"tiny calls/s, {clients} client{plural}"] + vals + extra) + " |")
+        lat = [f"{us(row[k]['p50_us'])} / {us(row[k]['p99_us'])}" for k in kinds]
+        p50 = ratio(row[NODE]["p50_us"], row[PYARROW]["p50_us"]) if both else "—"
+        L.append("| " + " | ".join([f"call µs p50 / p99, {clients} client{plural}"] + lat + [p50, "—", "—"]) + " |")
+        cpu = [f"{row[k]['client_cpu_us_per_call']:,.1f}" if row[k].get("client_cpu_us_per_call") is not None else "n/a"
+               for k in kinds]
+        L.append("| " + " | ".join([f"client CPU µs per call, {clients} client{plural}"] + cpu + ["—", "—", "—"]) + " |")
+    L.append("")
+    if both and verdicts:
+        v = "PASS" if all(x == "PASS" for x in verdicts) else "MISS"
+        summary.append(("tiny calls ≥ 3× pyarrow (Rust client), 1 and 4 clients", "; ".join(figures), v))
+
+    putters = next((h["load"]["putters"] for h in hits.values() if "load" in h), 4)
+    L.append(f"Hits under puts, Rust client: one reader does DoGet of {shape_name(HIT_SHAPE)} ({tables[HIT_SHAPE].nbytes:,} Arrow bytes)")
+    L.append(f"one call at a time on its own connection and thread; `under puts` = while {putters} clients (own connections) DoPut")
+    L.append(f"{shape_name(THROUGHPUT_SHAPE)} tables under distinct keys continuously (measured once each has finished one put). µs, exact percentiles.")
+    L.append("")
+    head = ["system", "idle p50 / p99 / p99.9 (n)", f"under {putters} putters p50 / p99 / p99.9 (n)", "max µs idle / under",
+            "puts during (errors)", "p99 under / idle", "target", "result"]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "|".join(["---"] * len(head)) + "|")
+    ratios = {}
+    for kind in kinds:
+        idle, load = hits[kind]["idle"], hits[kind]["load"]
+        r = load["p99_us"] / idle["p99_us"] if idle["p99_us"] else float("inf")
+        ratios[kind] = r
+        cells = [f"{us(x['p50_us'])} / {us(x['p99_us'])} / {us(x['p999_us'])} ({x['hits']:,})" for x in (idle, load)]
+        puts = f"{load['puts']:,} ({load['put_errors']:,})"
+        if kind == NODE:
+            tv = ["≤ 1.5× idle", verdict(r <= 1.5)]
+        else:
+            tv = ["reference", "—"]
+        L.append("| " + " | ".join([LABELS[kind]] + cells + [f"{us(idle['max_us'])} / {us(load['max_us'])}", puts, f"{r:.2f}×"] + tv) + " |")
+    L.append("")
+    errors = [(k, hits[k]["load"]["put_error_first"]) for k in kinds if hits[k]["load"].get("put_error_first")]
+    for kind, text in errors:
+        L.append(f"First put error from the putters against {LABELS[kind]}: `{text}`")
+        L.append("")
+    if NODE in kinds:
+        idle, load = hits[NODE]["idle"], hits[NODE]["load"]
+        ref = f"; pyarrow server {ratios[PYARROW]:.2f}×" if PYARROW in ratios else "; pyarrow server —"
+        summary.append((f"hit p99 under {putters} putters ≤ 1.5× idle p99 (node)",
+                        f"{us(load['p99_us'])} vs {us(idle['p99_us'])} µs ({ratios[NODE]:.2f}×){ref}",
+                        verdict(ratios[NODE] <= 1.5)))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -777,8 +963,9 @@ def main() -> int:
     parser.add_argument("--redis-bin", default="redis-server")
     parser.add_argument("--systems", default="node,pyarrow,redis", help="comma list of node, pyarrow, redis")
     parser.add_argument("--quick", action="store_true", help="short run (~1-2 min) for CI smoke")
-    parser.add_argument("--parts", default="latency,throughput,memory",
-                        help="comma list of latency, throughput, memory (default: all)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help="comma list of latency, throughput, memory, rust (default: all)")
+    parser.add_argument("--calls-bin", help="the Rust client (benches/flight_calls.rs) to use instead of building it")
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument("--pidfile", help="keep the PIDs of the started servers in this file")
     parser.add_argument("--workdir", help="server logs go here (default: a temporary directory)")
@@ -788,8 +975,8 @@ def main() -> int:
     if NODE in kinds and not args.node_bin:
         parser.error("--node-bin is required when the node is benchmarked")
     parts = set(args.parts.split(","))
-    if parts - {"latency", "throughput", "memory"}:
-        parser.error(f"unknown part(s) in --parts: {sorted(parts - {'latency', 'throughput', 'memory'})}")
+    if parts - set(PARTS):
+        parser.error(f"unknown part(s) in --parts: {sorted(parts - set(PARTS))}")
     settings = Settings.make(args.quick)
     workdir = args.workdir or tempfile.mkdtemp(prefix="flightcache-bench-")
     os.makedirs(workdir, exist_ok=True)
@@ -804,6 +991,14 @@ def main() -> int:
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
+
+    calls_bin = None  # built before the clock and the load average start
+    if "rust" in parts:
+        if NODE in kinds or PYARROW in kinds:
+            calls_bin = locate_calls_bin(args.calls_bin, log)
+            log(f"bench: Rust client {calls_bin}")
+        else:
+            log("bench: part rust skipped: it measures the Flight servers (node, pyarrow) only")
 
     started = time.monotonic()
     load_start = load1()
@@ -845,6 +1040,10 @@ def main() -> int:
         if "throughput" in parts:
             log("bench: throughput")
             thr = measure_throughput(ports, settings, log)
+        rust = None
+        if calls_bin:
+            log("bench: Rust client")
+            rust = measure_rust(calls_bin, ports, systems, tables, settings, log)
         for system in systems.values():
             system.close()
         for kind in list(ports):
@@ -876,7 +1075,7 @@ def main() -> int:
             load_end=load1(),
             elapsed=time.monotonic() - started,
         )
-        report = render(meta, lat, thr, mem, kinds, tables)
+        report = render(meta, lat, thr, mem, kinds, tables, rust)
         print(report)
         if args.out:
             with open(args.out, "w") as f:
