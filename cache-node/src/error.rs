@@ -71,6 +71,15 @@ pub enum Error {
         /// Bytes that could be made free.
         available: u64,
     },
+    /// This node has begun to stop (a SIGTERM): it takes no copies of entries (handovers,
+    /// replica, fallback and repair writes) and answers no `held` question, so a sender
+    /// keeps its entry instead of handing it to a process about to end. Answered with
+    /// [`crate::cluster::forward::STOPPING_HEADER`] so peers tell it from other refusals.
+    #[error(
+        "this node is stopping: it takes no copies of entries; keep the entry or send it to \
+         the key's next holder"
+    )]
+    Stopping,
     /// An invalidation matching the key arrived while the put was in flight.
     #[error("{key} was invalidated while this put was in flight; the put was discarded, retry it")]
     InvalidatedDuringPut {
@@ -195,7 +204,8 @@ impl Error {
                 Code::FailedPrecondition
             }
             Self::Routing(RoutingError::NoOwner { .. } | RoutingError::RingDisagreement { .. })
-            | Self::OwnerUnreachable { .. } => Code::Unavailable,
+            | Self::OwnerUnreachable { .. }
+            | Self::Stopping => Code::Unavailable,
             Self::Forwarded(status) | Self::RefusedOnArrival(status) => status.code(),
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::PermissionDenied(_) => Code::PermissionDenied,
@@ -254,6 +264,14 @@ impl From<Error> for Status {
             status.metadata_mut().insert(
                 crate::cluster::lease::LEASE_HEADER,
                 tonic::metadata::MetadataValue::from_static("granted"),
+            );
+            return status;
+        }
+        if let Error::Stopping = err {
+            let mut status = Self::new(code, err.to_string());
+            status.metadata_mut().insert(
+                crate::cluster::forward::STOPPING_HEADER,
+                tonic::metadata::MetadataValue::from_static("true"),
             );
             return status;
         }

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{Auth, AuthLayer};
+use crate::cluster::exit::ExitHandoff;
 use crate::cluster::peers::Peers;
 use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
 use crate::flight::FlightCacheService;
@@ -95,19 +96,28 @@ pub struct RunningNode {
 }
 
 impl RunningNode {
+    /// The first half of a stop, while the node still serves: from now on it takes no
+    /// copies and stores no put itself (`Cluster::begin_stopping`), and its entries go to
+    /// where their keys are read while it is away (the exit handoff, `cluster::exit`).
+    /// [`RunningNode::shutdown`] begins with it; a test calls it alone to see the node
+    /// between its SIGTERM and its end.
+    pub async fn begin_stopping(&self) -> ExitHandoff {
+        self.service.cluster().begin_stopping();
+        if self.exit_handoff_budget.is_zero() {
+            return ExitHandoff::default();
+        }
+        self.service
+            .cluster()
+            .hand_off_at_exit(self.exit_handoff_budget)
+            .await
+    }
+
     /// Stops the node gracefully and waits for it.
     ///
     /// # Errors
     /// [`ServerError::Serve`] if the server failed while running.
     pub async fn shutdown(self) -> Result<(), ServerError> {
-        // While still serving: the entries go to where their keys are read while this
-        // node is away (see `cluster::exit`).
-        if !self.exit_handoff_budget.is_zero() {
-            self.service
-                .cluster()
-                .hand_off_at_exit(self.exit_handoff_budget)
-                .await;
-        }
+        self.begin_stopping().await;
         let _ = self.stop.send(true);
         let result = match self.flight.await {
             Ok(result) => result,

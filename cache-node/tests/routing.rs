@@ -727,6 +727,101 @@ async fn a_node_stopped_without_a_plan_hands_its_entries_over_and_finds_them_whe
 }
 
 #[tokio::test]
+async fn a_stopping_node_takes_no_copies_so_a_rebalance_keeps_what_it_would_hand_back() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let keys = keys_owned_by(&ring, "n-2", "stopping", 6);
+    let mut via2 = cluster.client(2).await;
+    for (i, key) in keys.iter().enumerate() {
+        put(&mut via2, path(key), vec![sample_batch(10, i as i64)], None)
+            .await
+            .unwrap();
+    }
+    // Its SIGTERM: the exit handoff copies every entry to the key's next holder, and the
+    // process still serves until it ends.
+    let handoff = cluster.node(2).begin_stopping().await;
+    assert_eq!((handoff.sent, handoff.unsent), (keys.len() as u64, 0));
+
+    // A peer's rebalance at that moment (the operator asks for one once a deleted pod's
+    // replacement is Ready, which can be before the old process ends) would hand those
+    // copies back to their owner, this process, and remove them: they went with it when
+    // it was killed. The stopping node refuses them, so they stay.
+    for i in 0..2 {
+        let answer = action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        let held_here = keys
+            .iter()
+            .filter(|key| two_owners(&ring, key).1 == i)
+            .count();
+        assert_eq!(answer["moved"], 0, "n-{i}: {answer}");
+        assert_eq!(answer["failed"], held_here, "n-{i}: {answer}");
+        // Not a whole rebalance: the operator asks again once the replacement answers.
+        let stats = stats(&mut cluster.client(i).await).await;
+        assert_eq!(
+            stats["lastRebalanceMsAgo"],
+            serde_json::Value::Null,
+            "n-{i}"
+        );
+    }
+    for key in &keys {
+        let (_, next) = two_owners(&ring, key);
+        assert!(holds(cluster.node(next), key), "{key} stays on n-{next}");
+    }
+    // The refusal says why, with a marker peers recognise (UNAVAILABLE alone can be a
+    // ring disagreement).
+    let mut raw = FlightServiceClient::new(channel(cluster.node(2)).await);
+    let batch = sample_batch(1, 0);
+    let mut messages =
+        arrow_flight::utils::batches_to_flight_data(&batch.schema(), [&batch]).unwrap();
+    messages[0].flight_descriptor = Some(path(&keys[0]));
+    let mut request = tonic::Request::new(futures::stream::iter(messages));
+    request
+        .metadata_mut()
+        .insert("x-flightcache-write", "migration".parse().unwrap());
+    let refused = match raw.do_put(request).await {
+        Ok(answer) => answer.into_inner().message().await.unwrap_err(),
+        Err(status) => status,
+    };
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("stopping"), "{refused:?}");
+    assert_eq!(
+        refused.metadata().get("x-flightcache-stopping").unwrap(),
+        "true"
+    );
+    let held = action(
+        &mut cluster.admin(cluster.node(2)).await,
+        "held",
+        &crds::admin::HeldRequest {
+            keys: vec![format!("P{}", keys[0]).into_bytes()],
+        }
+        .encode(),
+    )
+    .await;
+    assert_eq!(status(held.unwrap_err()).code(), Code::Unavailable);
+
+    // A client's put of one of its keys goes on to the key's next holder: stored on the
+    // stopping node it would end with the process.
+    let late = keys_owned_by(&ring, "n-2", "late", 1).remove(0);
+    put(&mut via2, path(&late), vec![sample_batch(4, 9)], None)
+        .await
+        .unwrap();
+    let (_, next) = two_owners(&ring, &late);
+    assert!(holds(cluster.node(next), &late), "{late} is on n-{next}");
+    assert!(
+        !holds(cluster.node(2), &late),
+        "{late} is not on the stopping node"
+    );
+    // Its reads are still answered: it holds its entries until it ends.
+    assert_eq!(
+        get(&mut via2, path_ticket(&keys[0])).await.unwrap(),
+        vec![sample_batch(10, 0)]
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_exit_handoff_budget_of_zero_hands_nothing_over() {
     let mut cluster = Cluster::start(2).await;
     let ring = cluster.ring(&[]);

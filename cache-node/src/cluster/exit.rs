@@ -22,11 +22,14 @@
 
 use std::time::{Duration, Instant};
 
+use arrow_flight::FlightData;
 use futures::StreamExt;
+use tonic::Streaming;
 use tonic::metadata::MetadataMap;
 
-use super::Cluster;
-use super::forward::{self, WriteKind};
+use super::forward::{self, PutFailure, WriteKind};
+use super::{Cluster, ForwardedPut, Upload};
+use crate::error::Result;
 use crate::key::CacheKey;
 use crate::store::HandoffEntry;
 
@@ -57,6 +60,7 @@ impl Cluster {
     /// ring member or is the ring's only active member.
     pub async fn hand_off_at_exit(&self, budget: Duration) -> ExitHandoff {
         let started = Instant::now();
+        self.begin_stopping();
         let Some(leaving) = self.routing.without_self() else {
             return ExitHandoff::default();
         };
@@ -90,6 +94,44 @@ impl Cluster {
             "exit handoff: entries copied to the nodes that hold their keys while this one is away"
         );
         report
+    }
+
+    /// A client's put of a key this stopping node owns: sent on to the key's holder while
+    /// this node is away (its next ring choice, where the exit handoff copies its
+    /// entries) as a fallback write, so it outlives this process; the next rebalance
+    /// after the node is back hands it over. Stored here
+    /// ([`ForwardedPut::StoreHere`]) only when there is no such holder (the ring's only
+    /// active member) or it could not be reached before any of the upload was sent.
+    ///
+    /// # Errors
+    /// The holder's refusal, or a failure once part of the upload was sent.
+    pub async fn put_while_stopping(
+        &self,
+        key: &CacheKey,
+        first: FlightData,
+        rest: Streaming<FlightData>,
+        metadata: &MetadataMap,
+    ) -> Result<ForwardedPut> {
+        let holder = self.routing.without_self().and_then(|leaving| {
+            let owners = leaving.owners(&key.to_store_bytes());
+            owners.first().and_then(|id| leaving.peer(id))
+        });
+        let Some(holder) = holder else {
+            return Ok(ForwardedPut::StoreHere(Box::new(Upload { first, rest })));
+        };
+        let kind = Some(WriteKind::Fallback);
+        let sender = self.sender();
+        match forward::do_put(&self.peers, &holder, &sender, first, rest, metadata, kind).await {
+            Ok(answer) => {
+                self.metrics.fallback_writes.inc();
+                Ok(ForwardedPut::Relayed(answer))
+            }
+            Err(PutFailure::Failed(err)) => Err(err),
+            Err(PutFailure::Undelivered(undelivered)) => {
+                let forward::Undelivered { first, rest, .. } = *undelivered;
+                Ok(ForwardedPut::StoreHere(Box::new(Upload { first, rest })))
+            }
+        }
     }
 
     /// Sends one entry to its key's holders under `leaving`. Returns whether every one

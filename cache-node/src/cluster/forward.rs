@@ -61,6 +61,11 @@ pub const REMAINING_HEADER: &str = "x-flightcache-entry-remaining-ms";
 /// See [`AGE_HEADER`].
 pub const TTL_HEADER: &str = "x-flightcache-entry-ttl-ms";
 
+/// Header on a node's UNAVAILABLE answer once it has begun to stop
+/// ([`crate::error::Error::Stopping`]): the sender keeps its entry, and calls the peer's
+/// name anew (a replacement may answer there by now).
+pub const STOPPING_HEADER: &str = "x-flightcache-stopping";
+
 /// Header marking a read sent to a key's previous holder during a ring change
 /// (`x-flightcache-read: held`): answered from the receiver's store alone — a hit or
 /// NOT_FOUND — never forwarded, never sent on to other copies.
@@ -271,6 +276,9 @@ fn owner_error<'a>(peers: &'a Peers, peer: &'a Peer) -> impl Fn(Status) -> Error
             peers.answered(peer);
             if status.code() == tonic::Code::Unavailable {
                 peers.count_error(PeerError::Refused, peer);
+                if status.metadata().contains_key(STOPPING_HEADER) {
+                    peers.stopping(peer);
+                }
             }
             Error::Forwarded(status)
         }

@@ -63,6 +63,8 @@ pub struct Cluster {
     /// node last handed out its copies (`stats`: `uptimeMs`, `lastRebalanceMsAgo`).
     started: Instant,
     last_rebalance: Arc<parking_lot::Mutex<Option<Instant>>>,
+    /// Set once the node begins to stop (see [`Cluster::begin_stopping`]).
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What became of a put forwarded to its owner.
@@ -101,6 +103,7 @@ impl Cluster {
             repairs: Arc::new(tokio::sync::Semaphore::new(REPAIRS_AT_ONCE)),
             started: Instant::now(),
             last_rebalance: Arc::new(parking_lot::Mutex::new(None)),
+            stopping: Arc::default(),
         }
     }
 
@@ -113,6 +116,23 @@ impl Cluster {
     /// before the first.
     pub fn last_rebalance_ago(&self) -> Option<Duration> {
         self.last_rebalance.lock().map(|at| at.elapsed())
+    }
+
+    /// Marks the node as stopping (its SIGTERM arrived): from now on it takes no copies
+    /// of entries and answers no `held` question ([`Error::Stopping`]), and it stores no
+    /// client put itself but on the key's holder while it is away
+    /// ([`Cluster::put_while_stopping`]). Whatever it stored after its exit handoff began
+    /// would end with the process: a rebalance a peer ran at that moment (the operator
+    /// asks for one once the pod's replacement is Ready, which for a deleted pod can be
+    /// before the old process ends) moved entries back onto it and removed them there.
+    pub fn begin_stopping(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the node has begun to stop.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The ring this node routes by.

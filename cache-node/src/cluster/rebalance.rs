@@ -58,14 +58,25 @@ impl Cluster {
         let report = if request.dry_run {
             self.run_rebalance(&request, metadata).await
         } else {
-            if request.limit.is_none() {
+            let stopping_before = self.peers.stopping_answers();
+            let previous = if request.limit.is_none() {
                 // Everything held is considered, so any peer that was up by now is sent
                 // what it lacks: the operator reads this to see which nodes owe a
                 // restarted peer its copies.
-                *self.last_rebalance.lock() = Some(std::time::Instant::now());
-            }
+                self.last_rebalance
+                    .lock()
+                    .replace(std::time::Instant::now())
+            } else {
+                *self.last_rebalance.lock()
+            };
             let _running = RebalanceGauges::start(&self.metrics);
             let report = self.run_rebalance(&request, metadata).await;
+            if self.peers.stopping_answers() != stopping_before {
+                // A peer answered that it is stopping (the old process of a pod whose
+                // replacement is already Ready): what it refused is still here, so this
+                // pass does not count as whole and the operator asks again.
+                *self.last_rebalance.lock() = previous;
+            }
             self.metrics
                 .rebalance_finished(report.failed == 0 && report.copy_failed == 0);
             report

@@ -501,11 +501,29 @@ impl FlightService for FlightCacheService {
             let (first, key) = put::read_first(&mut input).await?;
             // A copy (replica write, handover) is stored here, never forwarded again.
             let copy = forward::write_kind(&metadata);
+            let stopping = self.cluster.is_stopping();
+            if copy.is_some() && stopping {
+                return Err(Error::Stopping);
+            }
             let route = match copy {
                 Some(_) => Route::Local,
                 None => self.cluster.route(&key, &metadata)?,
             };
             match route {
+                Route::Local if stopping => {
+                    let sent_on = self
+                        .cluster
+                        .put_while_stopping(&key, first, input, &metadata)
+                        .await?;
+                    match sent_on {
+                        ForwardedPut::Relayed(answer) => Ok(answer),
+                        ForwardedPut::StoreHere(upload) => {
+                            let Upload { first, rest } = *upload;
+                            self.store_put(key, first, rest, &metadata, None, cover)
+                                .await
+                        }
+                    }
+                }
                 Route::Local => {
                     self.store_put(key, first, input, &metadata, copy, cover)
                         .await
@@ -559,6 +577,11 @@ impl FlightService for FlightCacheService {
                 .copied()
                 .unwrap_or(Caller::Client);
             self.auth.authorize_action(caller, kind)?;
+            if kind == actions::NodeAction::Held && self.cluster.is_stopping() {
+                // A rebalance removes what its owners hold: a stopping node holds
+                // nothing for long.
+                return Err(Error::Stopping);
+            }
             let body = match kind {
                 actions::NodeAction::Invalidate | actions::NodeAction::Lease => {
                     let key = actions::key_from_body(kind, &action.body)?;
