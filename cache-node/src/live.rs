@@ -232,14 +232,17 @@ pub fn apply_document(
 /// of the ring (unready too long: crashed, frozen, cut off). Entries such a node kept
 /// may have been rewritten or invalidated on their owners meanwhile; served again once
 /// it is active they could be stale, so they go now (the owners hand back what was
-/// written while it was out). A miss is the price, never a stale read.
+/// written while it was out). A miss is the price, never a stale read. Dropped, not
+/// invalidated ([`Store::drop_all`]): the copies its peers hand back were written while
+/// it was out, before this drop, and an invalidation would refuse them — the peers,
+/// told "kept", removed theirs, and every key the node owned missed a second time.
 pub fn drop_entries_if_joining(installed: Installed, routing: &RoutingTable, store: &Store) {
     if !matches!(installed, Installed::Applied { .. })
         || routing.self_state() != Some(MemberState::Joining)
     {
         return;
     }
-    let dropped = store.clear();
+    let dropped = store.drop_all();
     if dropped > 0 {
         tracing::warn!(
             dropped,

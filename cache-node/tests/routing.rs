@@ -822,6 +822,74 @@ async fn a_stopping_node_takes_no_copies_so_a_rebalance_keeps_what_it_would_hand
 }
 
 #[tokio::test]
+async fn a_node_back_in_the_key_space_gets_the_copies_written_while_it_was_out() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let keys = keys_owned_by(&ring, "n-0", "out", 20);
+    let mut via1 = cluster.client(1).await;
+    for (i, key) in keys.iter().enumerate() {
+        put(&mut via1, path(key), vec![sample_batch(3, i as i64)], None)
+            .await
+            .unwrap();
+    }
+    let configure = |version: u64, states: [&str; 3]| {
+        json!({"topology": cluster.topology_with(version, &states)}).to_string()
+    };
+    // n-0 hangs: the operator takes it out of the key space; its peers hear it, it does
+    // not. Its keys are written anew on their next choice meanwhile.
+    let out = configure(2, ["joining", "active", "active"]);
+    for i in 1..3 {
+        action(
+            &mut cluster.admin(cluster.node(i)).await,
+            "configure",
+            out.as_bytes(),
+        )
+        .await
+        .unwrap();
+    }
+    for (i, key) in keys.iter().enumerate() {
+        put(&mut via1, path(key), vec![sample_batch(5, i as i64)], None)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Thawed, it reads the ring that put it out and drops what it held, which may be
+    // stale (its copies were written before the ones its peers now hold).
+    action(
+        &mut cluster.admin(cluster.node(0)).await,
+        "configure",
+        out.as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cluster.node(0).store.stats().entries, 0);
+    // Back in: its peers hand it the copies written while it was out, although those were
+    // written before its drop (a drop is not an invalidation).
+    cluster
+        .publish_document(cluster.topology_with(3, &["active", "active", "active"]))
+        .await;
+    let mut moved = 0;
+    for i in 1..3 {
+        let answer = action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        moved += answer["moved"].as_u64().unwrap();
+    }
+    assert_eq!(moved, keys.len() as u64);
+    let mut via0 = cluster.client(0).await;
+    for (i, key) in keys.iter().enumerate() {
+        assert!(holds(cluster.node(0), key), "{key} is back on n-0");
+        assert_eq!(
+            get(&mut via0, path_ticket(key)).await.unwrap(),
+            vec![sample_batch(5, i as i64)],
+            "{key}: the copy written while n-0 was out"
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_exit_handoff_budget_of_zero_hands_nothing_over() {
     let mut cluster = Cluster::start(2).await;
     let ring = cluster.ring(&[]);

@@ -512,6 +512,17 @@ impl Store {
         self.shared.with_inner(|inner| inner.clear(now))
     }
 
+    /// Removes every entry (cause `Explicit`, or `Expired` for expired ones) without
+    /// invalidating any key: in-flight puts go on, and later copies of the keys (a
+    /// handover, whatever their age) are stored. For a node leaving the key space, whose
+    /// entries may be stale while the keys' other holders' are not; [`Store::clear`]
+    /// would refuse those holders' handovers for 10 minutes (invalidate wins).
+    /// Returns how many live entries were removed.
+    pub fn drop_all(&self) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared.with_inner(|inner| inner.drop_all(now))
+    }
+
     /// Live entries whose key starts with `prefix`, sorted by key, without side
     /// effects. An empty prefix lists everything.
     pub fn list(&self, prefix: &[u8], limit: usize) -> Vec<(Bytes, Arc<Entry>)> {

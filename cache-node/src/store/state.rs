@@ -547,6 +547,13 @@ impl Inner {
         self.remove_all_invalidated(ids, now)
     }
 
+    pub(crate) fn drop_all(&mut self, now: Duration) -> u64 {
+        // Removed as an invalidation removes (same causes), but no tombstone is laid and
+        // no put in flight fails.
+        let ids: Vec<SlotId> = self.index.values().copied().collect();
+        self.remove_all_invalidated(ids, now)
+    }
+
     pub(crate) fn purge_expired(&mut self, now: Duration) -> u64 {
         if !self.tombstones.is_empty() {
             self.tombstones

@@ -299,3 +299,31 @@ fn a_handover_of_a_copy_older_than_an_invalidation_is_refused() {
     put(&store, "fresh", 1).unwrap();
     assert!(store.peek(b"fresh").is_some());
 }
+
+#[test]
+fn dropping_every_entry_refuses_no_later_handover_of_an_older_copy() {
+    // A node published out of the key space drops what it held, but the copies its peers
+    // hand back when it returns were written before the drop: they must be stored.
+    let (store, clock) = store_with(config());
+    put(&store, "a", 1).unwrap();
+    put(&store, "b", 1).unwrap();
+    let data = batch(0, 2);
+    let mut in_flight = store.begin_put(key("in-flight"));
+    in_flight.reserve(batch_weight(&data)).unwrap();
+    clock.advance(10 * SECOND);
+    assert_eq!(store.drop_all(), 2);
+    assert_eq!(store.stats().entries, 0);
+    assert_eq!(store.stats().evictions.explicit, 2);
+    clock.advance(SECOND);
+    let written_before_the_drop = Lifetime {
+        age: 5 * SECOND,
+        if_absent: true,
+        ..Lifetime::default()
+    };
+    assert!(!put_handed_over(&store, "a", written_before_the_drop).kept_existing);
+    assert_eq!(store.get(b"a").unwrap().total_rows(), 3);
+    // A put in flight through the drop still commits.
+    in_flight.commit(data.schema(), vec![data], None).unwrap();
+    assert!(store.peek(b"in-flight").is_some());
+    store.check_invariants();
+}
