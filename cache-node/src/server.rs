@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::{Auth, AuthLayer};
-use crate::cluster::exit::ExitHandoff;
+use crate::cluster::exit::{EXIT_SERVING_LIMIT, ExitHandoff, serving_at_most};
 use crate::cluster::peers::Peers;
 use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
 use crate::flight::FlightCacheService;
@@ -122,17 +122,22 @@ impl RunningNode {
         // meanwhile, so a force delete's SIGKILL 2 s after the SIGTERM finds no call in
         // flight (measured: 6-7 failed calls per force delete with two copies when the
         // handoff of ~13,600 entries ran first). With one copy its keys are only here
-        // until copied: it serves through the handoff.
+        // until copied: it serves through the handoff, for at most EXIT_SERVING_LIMIT.
         let copies_elsewhere = self
             .service
             .cluster()
             .routing()
             .current()
             .is_some_and(|membership| membership.replicas() >= 2);
-        if copies_elsewhere {
+        let serving_limit = if copies_elsewhere {
+            Duration::ZERO
+        } else {
+            EXIT_SERVING_LIMIT
+        };
+        serving_at_most(self.begin_stopping(), serving_limit, || {
             let _ = self.stop.send(true);
-        }
-        self.begin_stopping().await;
+        })
+        .await;
         let _ = self.stop.send(true);
         let result = match self.flight.await {
             Ok(result) => result,

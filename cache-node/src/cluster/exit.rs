@@ -37,6 +37,12 @@ use crate::store::HandoffEntry;
 /// Longest the exit handoff may take.
 pub const EXIT_HANDOFF_BUDGET: Duration = Duration::from_secs(5);
 
+/// Longest a node serves through its exit handoff with one copy of each key. Past it,
+/// it stops taking calls (GOAWAY; the calls in flight finish) and goes on copying: a
+/// force-deleted pod is SIGKILLed 2 s after its SIGTERM (the kubelet's minimum grace),
+/// and a call in flight then fails, while a key read before its copy lands only misses.
+pub const EXIT_SERVING_LIMIT: Duration = Duration::from_millis(1500);
+
 /// Entries sent at once at exit. Higher than a rebalance's: a force-deleted pod is
 /// killed 2 s after its SIGTERM, and each copy is a small DoPut whose time is mostly
 /// waiting for the peer, so more at once gets more of the hot set out before the kill.
@@ -48,6 +54,24 @@ pub const EXIT_CONCURRENCY: usize = 64;
 /// so the receivers' budgets are not asked for 64 large entries at once. An entry larger
 /// than this goes alone.
 pub const EXIT_KIB_IN_FLIGHT: u32 = 16 * 1024;
+
+/// Runs `handoff` while the node serves for at most `serving_limit`: past it (at once for
+/// a zero limit) `stop_serving` is called and the handoff goes on to its end.
+pub async fn serving_at_most<F: std::future::Future>(
+    handoff: F,
+    serving_limit: Duration,
+    stop_serving: impl FnOnce(),
+) -> F::Output {
+    tokio::pin!(handoff);
+    tokio::select! {
+        biased;
+        done = &mut handoff => done,
+        () = tokio::time::sleep(serving_limit) => {
+            stop_serving();
+            handoff.await
+        }
+    }
+}
 
 /// What the exit handoff did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -192,5 +216,49 @@ impl Cluster {
             }
         }
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handoff_longer_than_the_serving_limit_stops_serving_at_the_limit_and_goes_on() {
+        let began = tokio::time::Instant::now();
+        let stopped_at = std::cell::Cell::new(None);
+        let copied = serving_at_most(
+            async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                "copied"
+            },
+            EXIT_SERVING_LIMIT,
+            || stopped_at.set(Some(began.elapsed())),
+        )
+        .await;
+        assert_eq!(copied, "copied");
+        assert_eq!(stopped_at.get(), Some(EXIT_SERVING_LIMIT));
+        assert_eq!(began.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handoff_within_the_limit_serves_throughout_and_a_zero_limit_stops_at_once() {
+        let stopped = std::cell::Cell::new(false);
+        serving_at_most(
+            tokio::time::sleep(Duration::from_secs(1)),
+            EXIT_SERVING_LIMIT,
+            || stopped.set(true),
+        )
+        .await;
+        assert!(!stopped.get(), "a 1 s handoff ends before the 1.5 s limit");
+        let began = tokio::time::Instant::now();
+        let stopped_at = std::cell::Cell::new(None);
+        serving_at_most(
+            tokio::time::sleep(Duration::from_secs(1)),
+            Duration::ZERO,
+            || stopped_at.set(Some(began.elapsed())),
+        )
+        .await;
+        assert_eq!(stopped_at.get(), Some(Duration::ZERO));
     }
 }
