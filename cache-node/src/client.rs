@@ -63,7 +63,7 @@ pub fn never_reached_the_server(err: &FlightError) -> bool {
     let FlightError::Tonic(status) = err else {
         return false;
     };
-    if status.code() == Code::Cancelled && status.message().contains("operation was canceled") {
+    if never_left_the_client(err) {
         return true;
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> =
@@ -77,6 +77,29 @@ pub fn never_reached_the_server(err: &FlightError) -> bool {
         source = err.source();
     }
     false
+}
+
+/// Tries in all for a call that never left the client (hyper canceled it before writing
+/// it because its connection was closing: no server saw it, and the next try may meet the
+/// same closing connection). gRFC A6 retries such calls without a count limit, within
+/// the deadline; a few suffice here.
+pub const UNSENT_CALL_ATTEMPTS: u32 = 3;
+
+/// Whether a call that failed with `err` on try `attempt` (from 1) is sent once more, as
+/// gRPC's transparent retry does (gRFC A6): one that never left the client up to
+/// [`UNSENT_CALL_ATTEMPTS`] tries, one the server received but did not process (GOAWAY,
+/// REFUSED_STREAM) once. Nothing else: answers, deadlines and broken calls are failures.
+pub fn retry_unprocessed(err: &FlightError, attempt: u32) -> bool {
+    if never_left_the_client(err) {
+        return attempt < UNSENT_CALL_ATTEMPTS;
+    }
+    attempt == 1 && never_reached_the_server(err)
+}
+
+/// Whether hyper canceled the call before writing it (its connection was closing).
+fn never_left_the_client(err: &FlightError) -> bool {
+    matches!(err, FlightError::Tonic(status)
+        if status.code() == Code::Cancelled && status.message().contains("operation was canceled"))
 }
 
 /// What a client call can fail with.
@@ -331,8 +354,10 @@ impl RingClient {
         Fut: Future<Output = Result<T, FlightError>>,
     {
         let address = self.address_for_key(key);
+        let mut attempt = 1;
         let mut first = call(self.flight_client(&address)?).await;
-        if matches!(&first, Err(err) if never_reached_the_server(err)) {
+        while matches!(&first, Err(err) if retry_unprocessed(err, attempt)) {
+            attempt += 1;
             first = call(self.flight_client(&address)?).await;
         }
         match first {
@@ -499,6 +524,26 @@ mod tests {
             !never_reached_the_server(&err),
             "seen as unprocessed: {err:?}"
         );
+    }
+
+    #[test]
+    fn a_call_that_never_left_the_client_is_tried_a_few_times_one_the_server_refused_once() {
+        let unsent =
+            FlightError::Tonic(Box::new(tonic::Status::cancelled("operation was canceled")));
+        let tries = (1..10)
+            .take_while(|&n| retry_unprocessed(&unsent, n))
+            .count() as u32
+            + 1;
+        assert_eq!(tries, UNSENT_CALL_ATTEMPTS);
+        // A cancellation the server sent is an answer.
+        let answered = FlightError::Tonic(Box::new(tonic::Status::cancelled("client went away")));
+        assert!(!retry_unprocessed(&answered, 1));
+    }
+
+    #[tokio::test]
+    async fn a_goaway_above_the_call_is_retried_once() {
+        let err = do_get_against(Server::GoesAwayFirst).await;
+        assert!(retry_unprocessed(&err, 1) && !retry_unprocessed(&err, 2));
     }
 
     #[tokio::test]

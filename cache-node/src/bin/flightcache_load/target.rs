@@ -13,7 +13,7 @@ use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::{Action, FlightClient, Ticket};
-use cache_node::client::{ClientError, RingClient, never_reached_the_server};
+use cache_node::client::{ClientError, RingClient, retry_unprocessed};
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
 use crds::admin::AdminAction;
 use futures::{StreamExt, TryStreamExt};
@@ -185,8 +185,9 @@ impl Caller {
                 let ticket = Ticket::new(workload.ticket(index));
                 // gRPC's transparent retry, as grpc-core (pyarrow) does it: a call no
                 // server processed (the pod behind the Service is stopping: GOAWAY) is
-                // sent once more on a fresh connection. Server answers, deadlines and
-                // everything else are never retried.
+                // sent once more on a fresh connection, one that never left the client
+                // (its connection was closing) up to three tries (`retry_unprocessed`).
+                // Server answers, deadlines and everything else are never retried.
                 let call = async {
                     let mut attempt = 0;
                     loop {
@@ -195,7 +196,7 @@ impl Caller {
                             async { client.do_get(ticket.clone()).await?.try_collect().await }
                                 .await;
                         match result {
-                            Err(err) if attempt == 1 && never_reached_the_server(&err) => continue,
+                            Err(err) if retry_unprocessed(&err, attempt) => continue,
                             other => break other,
                         }
                     }
@@ -250,7 +251,7 @@ impl Caller {
                         let result: Result<Vec<_>, FlightError> =
                             async { client.do_put(stream).await?.try_collect().await }.await;
                         match result {
-                            Err(err) if attempt == 1 && never_reached_the_server(&err) => continue,
+                            Err(err) if retry_unprocessed(&err, attempt) => continue,
                             other => break other.map(|_| ()),
                         }
                     }
