@@ -65,6 +65,9 @@ pub struct Cluster {
     last_rebalance: Arc<parking_lot::Mutex<Option<Instant>>>,
     /// Set once the node begins to stop (see [`Cluster::begin_stopping`]).
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// Rebalance sends that failed because the owner could not take them then (see
+    /// `rebalance.rs`).
+    rebalance_deferred: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What became of a put forwarded to its owner.
@@ -104,6 +107,7 @@ impl Cluster {
             started: Instant::now(),
             last_rebalance: Arc::new(parking_lot::Mutex::new(None)),
             stopping: Arc::default(),
+            rebalance_deferred: Arc::default(),
         }
     }
 

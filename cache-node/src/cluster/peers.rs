@@ -45,8 +45,6 @@ pub struct Peers {
     /// call).
     health: Arc<Mutex<PeerHealth>>,
     metrics: Option<Arc<Metrics>>,
-    /// Answers "stopping" received from peers so far (see [`Peers::stopping`]).
-    stopping_answers: Arc<std::sync::atomic::AtomicU64>,
     /// The `authorization` this node presents to its peers (`Bearer <peer token>`);
     /// none: the caller's own is passed on.
     authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
@@ -83,7 +81,6 @@ impl Peers {
             channels: Arc::default(),
             health: Arc::default(),
             metrics: Some(metrics),
-            stopping_answers: Arc::default(),
             authorization: None,
             tls: Arc::default(),
         }
@@ -169,16 +166,7 @@ impl Peers {
     /// StatefulSet pod deleted by hand comes back under the same name while the old
     /// process still hands its entries over); calls in flight keep the old connection.
     pub fn stopping(&self, peer: &Peer) {
-        self.stopping_answers
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.channels.lock().remove(&peer.address);
-    }
-
-    /// How many "stopping" answers peers have given this node (a rebalance that got one
-    /// is not a whole one: see `rebalance.rs`).
-    pub fn stopping_answers(&self) -> u64 {
-        self.stopping_answers
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `peer` answered a call (any status it sent itself): calls go to it again.

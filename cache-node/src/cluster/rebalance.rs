@@ -58,7 +58,7 @@ impl Cluster {
         let report = if request.dry_run {
             self.run_rebalance(&request, metadata).await
         } else {
-            let stopping_before = self.peers.stopping_answers();
+            let deferred_before = self.deferred_sends();
             let previous = if request.limit.is_none() {
                 // Everything held is considered, so any peer that was up by now is sent
                 // what it lacks: the operator reads this to see which nodes owe a
@@ -71,10 +71,12 @@ impl Cluster {
             };
             let _running = RebalanceGauges::start(&self.metrics);
             let report = self.run_rebalance(&request, metadata).await;
-            if self.peers.stopping_answers() != stopping_before {
-                // A peer answered that it is stopping (the old process of a pod whose
-                // replacement is already Ready): what it refused is still here, so this
-                // pass does not count as whole and the operator asks again.
+            if self.deferred_sends() != deferred_before {
+                // An owner could not take an entry then: it was stopping (the old process
+                // of a pod whose replacement is already Ready) or could not be reached (a
+                // restarted pod's name still leading to its old address). What it did not
+                // take is still here, so this pass does not count as whole and the
+                // operator asks again.
                 *self.last_rebalance.lock() = previous;
             }
             self.metrics
@@ -256,6 +258,7 @@ impl Cluster {
                         }
                     }
                     Err(err) => {
+                        self.note_if_deferred(&err);
                         tracing::warn!(owner = %peer.id, keys = batch.len(), error = %err, "cannot check which entries a peer holds");
                         for &index in batch {
                             lacking[index].push(peer.clone());
@@ -372,6 +375,7 @@ impl Cluster {
         let stored = match sent {
             Ok(Ok(_)) => true,
             Ok(Err(err)) => {
+                self.note_if_deferred(&err);
                 tracing::warn!(%key, owner = %peer.id, error = %err, "copy not sent");
                 false
             }
@@ -416,6 +420,7 @@ impl Cluster {
         match tokio::time::timeout(ENTRY_DEADLINE, send_all).await {
             Ok(Ok(())) => {}
             Ok(Err((peer, err))) => {
+                self.note_if_deferred(&err);
                 tracing::warn!(%key, owner = %peer.id, error = %err, "handover failed; entry kept here");
                 return Handover::Failed;
             }
@@ -445,6 +450,28 @@ impl Cluster {
         self.metrics.migrated_out_entries.inc();
         self.metrics.migrated_out_bytes.inc_by(weight);
         Handover::Moved(weight)
+    }
+}
+
+impl Cluster {
+    /// Rebalance sends deferred so far: an owner that could not take an entry then.
+    fn deferred_sends(&self) -> u64 {
+        self.rebalance_deferred
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts `err` if it says the owner could not take the entry then (unreachable,
+    /// stopping, its ring mid-update: UNAVAILABLE), not that it refused it.
+    fn note_if_deferred(&self, err: &Error) {
+        let deferred = match err {
+            Error::OwnerUnreachable { .. } => true,
+            Error::Forwarded(status) => status.code() == tonic::Code::Unavailable,
+            _ => false,
+        };
+        if deferred {
+            self.rebalance_deferred
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
