@@ -727,6 +727,67 @@ async fn a_node_stopped_without_a_plan_hands_its_entries_over_and_finds_them_whe
 }
 
 #[tokio::test]
+async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_another() {
+    let mut cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let keys = keys_owned_by(&ring, "n-2", "late-handoff", 10);
+    let mut via2 = cluster.client(2).await;
+    for (i, key) in keys.iter().enumerate() {
+        put(&mut via2, path(key), vec![sample_batch(12, i as i64)], None)
+            .await
+            .unwrap();
+    }
+    // n-0 and n-1 rebalance first: the operator asks them once a force-deleted pod's
+    // replacement is Ready, which can be while the old process is still handing off.
+    for i in 0..2 {
+        action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
+            .await
+            .unwrap();
+        let stats = stats(&mut cluster.client(i).await).await;
+        assert!(stats["lastRebalanceMsAgo"].is_u64(), "n-{i}: {stats}");
+    }
+    // The old process's exit handoff lands after those passes listed their stores.
+    cluster.stop(2).await;
+    let next_holders: Vec<usize> = (0..2)
+        .filter(|&i| keys.iter().any(|key| two_owners(&ring, key).1 == i))
+        .collect();
+    assert!(!next_holders.is_empty());
+    for &i in &next_holders {
+        // It reports no whole rebalance since, so the operator asks it for one.
+        let stats = stats(&mut cluster.client(i).await).await;
+        assert_eq!(
+            stats["lastRebalanceMsAgo"],
+            serde_json::Value::Null,
+            "n-{i} holds handed-off copies: {stats}"
+        );
+    }
+
+    // The replacement is back (empty, a new address); the pass it asks for hands it every
+    // key, and reports whole again.
+    let back = start_node(&["--member-id", "n-2"]).await;
+    cluster.addresses[2] = back.flight_addr.to_string();
+    cluster.nodes[2] = Some(back);
+    cluster.publish(2, &[]).await;
+    for &i in &next_holders {
+        let answer = action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        let held_here = keys
+            .iter()
+            .filter(|key| two_owners(&ring, key).1 == i)
+            .count();
+        assert_eq!(answer["moved"], held_here, "n-{i}: {answer}");
+        let stats = stats(&mut cluster.client(i).await).await;
+        assert!(stats["lastRebalanceMsAgo"].is_u64(), "n-{i}: {stats}");
+    }
+    for key in &keys {
+        assert!(holds(cluster.node(2), key), "{key} is back on n-2");
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_stopping_node_takes_no_copies_so_a_rebalance_keeps_what_it_would_hand_back() {
     let cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);

@@ -31,10 +31,7 @@ Targets:
   change), with two copies 0.5%, and for a freeze one more per failed call allowed (a
   refill the hung process took and never answered leaves its key unfilled). Losing one
   node's share (a third of the keys) breaks every 0.5% budget by two orders of magnitude;
-- every bound above is enforced: a scenario over it fails the test (BROKEN lines), but
-  for KNOWN_GAPS: the one scenario that misses its target in some runs today (issue 14),
-  held to the bound it meets by construction — so a regression still fails — with its
-  distance to the target printed as a GAP line on every run;
+- every bound above is enforced: a scenario over it fails the test (BROKEN lines);
 - the hit ratio stays >= 95% of the steady state in a planned change and >= 60% in a
   fault, for the Rust and the pyarrow client alike.
 """
@@ -51,15 +48,6 @@ SCENARIOS = (["baseline"] + LIVE + DISRUPTIONS + ["replicas-up"]
 WORKERS = 8 + 1
 CLIENT_DEADLINE_S = 5
 CRASH_FAILED_CALLS = 2 * WORKERS
-# Where the product misses its target in some runs (issue 14; docs/benchmarks.md, "The
-# strict changes test three times in a row"): (why, the rate it is held to). 1.005 plus
-# the failed calls allowed is the bound of a freeze with one copy: each key the frozen
-# node holds misses at most once.
-KNOWN_GAPS = {
-    "node-frozen/r2": ("a freeze that begins before the node force-deleted just before has "
-                       "its second copies back misses the keys whose other copy only the "
-                       "frozen node holds", 1.005),
-}
 # Not planned by the operator: a pod deleted by hand, a crash, a hung process.
 UNPLANNED = {"pod-delete", "node-kill", "node-crash", "node-frozen"}
 
@@ -87,7 +75,7 @@ def main() -> int:
     print(f"{'scenario':<15} {'converge s':>10} {'gets':>8} {'hit ratio':>9} {'misses':>6} "
           f"{'budget':>6} {'of entries':>10} {'failed':>6} {'p99 ms':>7} | {'py gets':>7} "
           f"{'py hit':>7} {'py failed':>9}")
-    bad, gaps = [], []
+    bad = []
     for name in SCENARIOS:
         kind = name.split("/")[0]
         p = by_phase.get(name)
@@ -109,11 +97,6 @@ def main() -> int:
         budget = int(entries * rate) if name in stakes else None
         if budget is not None and kind == "node-frozen":
             budget += allowed
-        gap = KNOWN_GAPS.get(name)
-        if gap and budget is not None:
-            target = budget
-            budget = int(entries * gap[1]) + (allowed if kind == "node-frozen" else 0)
-            gaps.append(f"{name}: {p['misses']} misses (target {target}, held to {budget}): {gap[0]}")
         print(f"{name:<15} {converge.get(name, '-'):>10} {p['gets']:>8} {hit:>9.4f} {p['misses']:>6} "
               f"{'-' if budget is None else budget:>6} {entries if name in stakes else '-':>10} "
               f"{p['errors']:>6} {p['p99_ms'] or 0:>7.2f} | {q['gets']:>7} {py_hit:>7.4f} {q['errors']:>9}")
@@ -137,8 +120,6 @@ def main() -> int:
         bad.append(f"{t['corrupt']} corrupt reads: {rust['corrupt_samples']}")
     for sample in rust.get("error_samples", []) + py.get("error_samples", []):
         print("error sample:", sample)
-    for line in gaps:
-        print("GAP:", line)
     for line in bad:
         print("BROKEN:", line)
     return 1 if bad else 0

@@ -63,6 +63,11 @@ pub struct Cluster {
     /// node last handed out its copies (`stats`: `uptimeMs`, `lastRebalanceMsAgo`).
     started: Instant,
     last_rebalance: Arc<parking_lot::Mutex<Option<Instant>>>,
+    /// Set when a copy of a key this node does not hold under its ring (a stopping
+    /// peer's exit handoff, a put while its owner was unreachable) is stored here, cleared
+    /// when a whole rebalance starts: while set, `stats` reports no whole rebalance, so
+    /// the operator asks for one once the holder is back (`note_if_not_held_here`).
+    holds_copies_not_its_own: Arc<std::sync::atomic::AtomicBool>,
     /// Set once the node begins to stop (see [`Cluster::begin_stopping`]).
     stopping: Arc<std::sync::atomic::AtomicBool>,
     /// Rebalance sends that failed because the owner could not take them then (see
@@ -106,6 +111,7 @@ impl Cluster {
             repairs: Arc::new(tokio::sync::Semaphore::new(REPAIRS_AT_ONCE)),
             started: Instant::now(),
             last_rebalance: Arc::new(parking_lot::Mutex::new(None)),
+            holds_copies_not_its_own: Arc::default(),
             stopping: Arc::default(),
             rebalance_deferred: Arc::default(),
         }
@@ -117,8 +123,16 @@ impl Cluster {
     }
 
     /// How long ago its last whole rebalance (not a dry run, no limit) started; `None`
-    /// before the first.
+    /// before the first, and while the node holds a copy stored since then of a key it does
+    /// not hold under its ring (it owes that key's holder a handover just as it owes a
+    /// restarted peer its copies).
     pub fn last_rebalance_ago(&self) -> Option<Duration> {
+        if self
+            .holds_copies_not_its_own
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return None;
+        }
         self.last_rebalance.lock().map(|at| at.elapsed())
     }
 
@@ -224,8 +238,30 @@ impl Cluster {
             Some(WriteKind::Migration) if !kept_existing => {
                 self.metrics.migrated_in_entries.inc();
                 self.metrics.migrated_in_bytes.inc_by(bytes);
+                self.note_if_not_held_here(key);
             }
+            Some(WriteKind::Fallback) if !kept_existing => self.note_if_not_held_here(key),
             Some(_) => {}
+        }
+    }
+
+    /// Remembers that this node stored a copy of `key` whose holders under its ring do
+    /// not include it: a stopping peer's exit handoff (which goes on after the pod's
+    /// replacement is Ready and the operator asked this node to rebalance, so an entry
+    /// landing after that pass listed the store would stay here, off its holders, for
+    /// good) or a put whose owner could not be reached. Until its next whole rebalance
+    /// the node reports none (`last_rebalance_ago`), so the operator asks for one.
+    fn note_if_not_held_here(&self, key: &CacheKey) {
+        let held_here = self.routing.current().is_some_and(|membership| {
+            let self_id = self.routing.self_id();
+            membership
+                .owners(&key.to_store_bytes())
+                .iter()
+                .any(|id| Some(id.as_str()) == self_id)
+        });
+        if !held_here {
+            self.holds_copies_not_its_own
+                .store(true, std::sync::atomic::Ordering::Release);
         }
     }
 

@@ -62,7 +62,10 @@ impl Cluster {
             let previous = if request.limit.is_none() {
                 // Everything held is considered, so any peer that was up by now is sent
                 // what it lacks: the operator reads this to see which nodes owe a
-                // restarted peer its copies.
+                // restarted peer its copies. Copies of keys it does not hold stored from
+                // now on may come after the store is listed and set the flag again.
+                self.holds_copies_not_its_own
+                    .store(false, std::sync::atomic::Ordering::Release);
                 self.last_rebalance
                     .lock()
                     .replace(std::time::Instant::now())
