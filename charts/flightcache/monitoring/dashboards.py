@@ -307,10 +307,14 @@ def node():
     alive = f"sum by (pod) ({m('flightcache_node_entries', POD)})"
     board = (
         board.with_row(row("Process and topology"))
-        .with_panel(ts(layout, "RSS and reserved bytes",
-                       "Process RSS, and bytes reserved by puts still streaming in.", "bytes",
+        .with_panel(ts(layout, "RSS, reserved and allocator-kept bytes",
+                       "Process RSS; bytes reserved by puts still streaming in; freed memory "
+                       "the allocator keeps resident for reuse (counted in the budget, "
+                       "returned within about a second of idling: ADR 0009).", "bytes",
                        [(gauge("flightcache_node_process_resident_memory_bytes"), "RSS"),
-                        (gauge("flightcache_node_memory_reserved_bytes"), "reserved")]))
+                        (gauge("flightcache_node_memory_reserved_bytes"), "reserved"),
+                        (gauge("flightcache_node_memory_allocator_cache_bytes"),
+                         "allocator kept")]))
         .with_panel(ts(layout, "Ring version and config generation",
                        "The routing ring version and config generation this node runs.", "none",
                        [(gauge("flightcache_node_ring_version"), "ring version"),
