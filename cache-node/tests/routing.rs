@@ -680,13 +680,8 @@ async fn coalescing_dogets_that_miss_together_wait_for_one_put() {
 async fn a_node_stopped_without_a_plan_hands_its_entries_over_and_finds_them_when_back() {
     let mut cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);
-    let keys = keys_owned_by(&ring, "n-2", "exit", 10);
+    let keys = cluster.put_keys_owned_by(2, "exit", 10, 0, 25).await;
     let mut via0 = cluster.client(0).await;
-    for (i, key) in keys.iter().enumerate() {
-        put(&mut via0, path(key), vec![sample_batch(25, i as i64)], None)
-            .await
-            .unwrap();
-    }
     // SIGTERM (shutdown) with n-2 still active in the ring: its entries are copied to
     // each key's next choice before it stops.
     cluster.stop(2).await;
@@ -706,9 +701,7 @@ async fn a_node_stopped_without_a_plan_hands_its_entries_over_and_finds_them_whe
     // n-2 comes back empty at a new address (ring v2, same members): for its first
     // minutes a miss asks the key's next choice, so its keys are hits through it at once.
     let back = start_node(&["--member-id", "n-2"]).await;
-    cluster.addresses[2] = back.flight_addr.to_string();
-    cluster.nodes[2] = Some(back);
-    cluster.publish(2, &[]).await;
+    cluster.replace(2, back, 2).await;
     assert_eq!(cluster.node(2).store.stats().entries, 0);
     for (i, key) in keys.iter().enumerate() {
         let mut via2 = cluster.client(2).await;
@@ -726,17 +719,29 @@ async fn a_node_stopped_without_a_plan_hands_its_entries_over_and_finds_them_whe
     cluster.shutdown().await;
 }
 
+/// Node `i`'s answer to a whole `rebalance`.
+async fn rebalance_node(cluster: &Cluster, i: usize) -> serde_json::Value {
+    let answer = action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
+        .await
+        .unwrap();
+    serde_json::from_slice(&answer).unwrap()
+}
+
+/// How many of `keys` have node `i` as their second ring choice (where an exit handoff of
+/// their owner puts them).
+fn held_by_next_choice(ring: &cache_node::routing::ring::Ring, keys: &[String], i: usize) -> usize {
+    keys.iter()
+        .filter(|key| two_owners(ring, key).1 == i)
+        .count()
+}
+
 #[tokio::test]
 async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_another() {
     let mut cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);
-    let keys = keys_owned_by(&ring, "n-2", "late-handoff", 10);
-    let mut via2 = cluster.client(2).await;
-    for (i, key) in keys.iter().enumerate() {
-        put(&mut via2, path(key), vec![sample_batch(12, i as i64)], None)
-            .await
-            .unwrap();
-    }
+    let keys = cluster
+        .put_keys_owned_by(2, "late-handoff", 10, 2, 12)
+        .await;
     // n-0 and n-1 rebalance first: the operator asks them once a force-deleted pod's
     // replacement is Ready, which can be while the old process is still handing off.
     for i in 0..2 {
@@ -765,18 +770,10 @@ async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_an
     // The replacement is back (empty, a new address); the pass it asks for hands it every
     // key, and reports whole again.
     let back = start_node(&["--member-id", "n-2"]).await;
-    cluster.addresses[2] = back.flight_addr.to_string();
-    cluster.nodes[2] = Some(back);
-    cluster.publish(2, &[]).await;
+    cluster.replace(2, back, 2).await;
     for &i in &next_holders {
-        let answer = action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
-            .await
-            .unwrap();
-        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
-        let held_here = keys
-            .iter()
-            .filter(|key| two_owners(&ring, key).1 == i)
-            .count();
+        let answer = rebalance_node(&cluster, i).await;
+        let held_here = held_by_next_choice(&ring, &keys, i);
         assert_eq!(answer["moved"], held_here, "n-{i}: {answer}");
         let stats = stats(&mut cluster.client(i).await).await;
         assert!(stats["lastRebalanceMsAgo"].is_u64(), "n-{i}: {stats}");
@@ -791,13 +788,8 @@ async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_an
 async fn a_stopping_node_takes_no_copies_so_a_rebalance_keeps_what_it_would_hand_back() {
     let cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);
-    let keys = keys_owned_by(&ring, "n-2", "stopping", 6);
+    let keys = cluster.put_keys_owned_by(2, "stopping", 6, 2, 10).await;
     let mut via2 = cluster.client(2).await;
-    for (i, key) in keys.iter().enumerate() {
-        put(&mut via2, path(key), vec![sample_batch(10, i as i64)], None)
-            .await
-            .unwrap();
-    }
     // Its SIGTERM: the exit handoff copies every entry to the key's next holder, and the
     // process still serves until it ends.
     let handoff = cluster.node(2).begin_stopping().await;
@@ -808,14 +800,8 @@ async fn a_stopping_node_takes_no_copies_so_a_rebalance_keeps_what_it_would_hand
     // copies back to their owner, this process, and remove them: they went with it when
     // it was killed. The stopping node refuses them, so they stay.
     for i in 0..2 {
-        let answer = action(&mut cluster.admin(cluster.node(i)).await, "rebalance", b"")
-            .await
-            .unwrap();
-        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
-        let held_here = keys
-            .iter()
-            .filter(|key| two_owners(&ring, key).1 == i)
-            .count();
+        let answer = rebalance_node(&cluster, i).await;
+        let held_here = held_by_next_choice(&ring, &keys, i);
         assert_eq!(answer["moved"], 0, "n-{i}: {answer}");
         assert_eq!(answer["failed"], held_here, "n-{i}: {answer}");
         // Not a whole rebalance: the operator asks again once the replacement answers.

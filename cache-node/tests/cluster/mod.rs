@@ -177,6 +177,39 @@ impl Cluster {
         self.nodes[i].take().unwrap().shutdown().await.unwrap();
     }
 
+    /// Puts `count` keys `prefix/N` that node `owner` owns through node `via`, each a
+    /// `rows`-row batch numbered by its index; returns the keys.
+    pub async fn put_keys_owned_by(
+        &self,
+        owner: usize,
+        prefix: &str,
+        count: usize,
+        via: usize,
+        rows: usize,
+    ) -> Vec<String> {
+        let keys = keys_owned_by(&self.ring(&[]), &format!("n-{owner}"), prefix, count);
+        let mut client = self.client(via).await;
+        for (i, key) in keys.iter().enumerate() {
+            put(
+                &mut client,
+                path(key),
+                vec![sample_batch(rows, i as i64)],
+                None,
+            )
+            .await
+            .unwrap();
+        }
+        keys
+    }
+
+    /// Puts `node` (started with `--member-id n-{i}`) in node `i`'s place, at its new
+    /// address, and publishes ring `version` with the same members (a replaced pod).
+    pub async fn replace(&mut self, i: usize, node: RunningNode, version: u64) {
+        self.addresses[i] = node.flight_addr.to_string();
+        self.nodes[i] = Some(node);
+        self.publish(version, &[]).await;
+    }
+
     pub async fn shutdown(mut self) {
         for node in self.nodes.iter_mut().filter_map(Option::take) {
             node.shutdown().await.unwrap();
