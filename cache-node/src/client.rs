@@ -96,6 +96,63 @@ pub fn retry_unprocessed(err: &FlightError, attempt: u32) -> bool {
     attempt == 1 && never_reached_the_server(err)
 }
 
+/// Tries in all for a call whose connection was lost under it ([`connection_lost`]).
+/// Five, the most a gRPC service config's `retryPolicy` allows: behind a Service each try
+/// connects anew, and kube-proxy may pick the dead pod again until its endpoint is gone.
+pub const LOST_CONNECTION_ATTEMPTS: u32 = 5;
+
+/// The pause before try `attempt + 1` of a call whose connection was lost: 50 ms doubling
+/// to at most 400 ms (so the tries span ~0.75 s, the time kube-proxy needs to forget a
+/// crashed pod), as a `retryPolicy` with `initialBackoff: 0.05s`, `backoffMultiplier: 2`,
+/// `maxBackoff: 0.4s` waits (gRPC-core draws it at random below that bound).
+pub fn lost_connection_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50 << attempt.saturating_sub(1).min(3))
+}
+
+/// Whether a call failed because its connection was lost before the call completed: the
+/// status was made up by this client (no response metadata: no server answered), not a
+/// deadline. A process that crashed under the call (connection reset), hung under it (the
+/// HTTP/2 keepalive ended the connection) or cannot be connected to (refused). The cache's
+/// calls are idempotent (a read changes nothing; a put stores the key's value, once or
+/// twice alike), so such a call may be sent again on a fresh connection: what a gRPC
+/// service config's `retryPolicy` for UNAVAILABLE does in gRPC-core (pyarrow), grpc-java
+/// and grpc-go (docs/failure-model.md, "Client settings"). A server's own answer,
+/// UNAVAILABLE included, is never in this set.
+pub fn connection_lost(err: &FlightError) -> bool {
+    match err {
+        FlightError::Tonic(status) => {
+            status.metadata().is_empty() && status.code() != Code::DeadlineExceeded
+        }
+        _ => false,
+    }
+}
+
+/// Whether the call failed because its connection was refused (nothing listens there: a
+/// process that died, not yet replaced): the call never left the client, so — as gRPC
+/// does for a call that waits for a connection — it may be tried until its deadline, not
+/// only [`LOST_CONNECTION_ATTEMPTS`] times.
+pub fn connection_refused(err: &FlightError) -> bool {
+    let FlightError::Tonic(status) = err else {
+        return false;
+    };
+    if !status.metadata().is_empty() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> =
+        std::error::Error::source(&**status);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = err.source();
+    }
+    false
+}
+
+fn is_unavailable(err: &FlightError) -> bool {
+    matches!(err, FlightError::Tonic(status) if status.code() == Code::Unavailable)
+}
+
 /// Whether hyper canceled the call before writing it (its connection was closing).
 fn never_left_the_client(err: &FlightError) -> bool {
     matches!(err, FlightError::Tonic(status)
@@ -361,13 +418,15 @@ impl RingClient {
             first = call(self.flight_client(&address)?).await;
         }
         match first {
-            Err(FlightError::Tonic(status)) if status.code() == Code::Unavailable => {
-                tracing::debug!(%address, %status, "routing error; refreshing the ring");
+            // The owner answered UNAVAILABLE (it is not the key's owner any more, or
+            // cannot reach the copy it needs), or its connection was lost under the call.
+            Err(err) if is_unavailable(&err) || connection_lost(&err) => {
+                tracing::debug!(%address, %err, "routing error; refreshing the ring");
                 // The ring may have changed; if not, the retry goes to the same owner.
                 if self.refresh().await.is_err() {
                     return Err(ClientError::Flight {
                         address,
-                        source: FlightError::Tonic(status),
+                        source: err,
                     });
                 }
                 let address = self.address_for_key(key);
@@ -454,6 +513,10 @@ mod tests {
         Resets(h2::Reason),
         /// A gRPC answer: trailers-only NOT_FOUND.
         AnswersNotFound,
+        /// A gRPC answer: trailers-only UNAVAILABLE.
+        AnswersUnavailable,
+        /// Closes the connection once it has read the request (the process died).
+        Dies,
     }
 
     /// A DoGet from a real Flight client against a raw HTTP/2 server behaving as `server`.
@@ -467,14 +530,21 @@ mod tests {
                 connection.abrupt_shutdown(h2::Reason::NO_ERROR);
             }
             while let Some(Ok((_request, mut respond))) = connection.accept().await {
+                let status = match server {
+                    Server::GoesAwayFirst | Server::Resets(_) | Server::Dies => None,
+                    Server::AnswersNotFound => Some(("5", "no entry")),
+                    Server::AnswersUnavailable => Some(("14", "cannot reach the owner")),
+                };
                 match server {
                     Server::GoesAwayFirst => {}
                     Server::Resets(reason) => respond.send_reset(reason),
-                    Server::AnswersNotFound => {
+                    Server::Dies => return,
+                    Server::AnswersNotFound | Server::AnswersUnavailable => {
+                        let (code, message) = status.unwrap();
                         let answer = tonic::codegen::http::Response::builder()
                             .header("content-type", "application/grpc")
-                            .header("grpc-status", "5")
-                            .header("grpc-message", "no entry")
+                            .header("grpc-status", code)
+                            .header("grpc-message", message)
                             .body(())
                             .unwrap();
                         respond.send_response(answer, true).unwrap();
@@ -544,6 +614,59 @@ mod tests {
     async fn a_goaway_above_the_call_is_retried_once() {
         let err = do_get_against(Server::GoesAwayFirst).await;
         assert!(retry_unprocessed(&err, 1) && !retry_unprocessed(&err, 2));
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_server_died_under_it_lost_its_connection_and_may_be_tried_again() {
+        let err = do_get_against(Server::Dies).await;
+        assert!(connection_lost(&err), "not a lost connection: {err:?}");
+        // It reached the server: gRPC's transparent retry would not send it again.
+        assert!(!never_reached_the_server(&err), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_servers_unavailable_answer_is_not_a_lost_connection() {
+        let err = do_get_against(Server::AnswersUnavailable).await;
+        assert!(
+            matches!(&err, FlightError::Tonic(status) if status.code() == Code::Unavailable),
+            "{err:?}"
+        );
+        assert!(!connection_lost(&err), "{err:?}");
+        let deadline = FlightError::Tonic(Box::new(tonic::Status::deadline_exceeded("late")));
+        assert!(!connection_lost(&deadline));
+    }
+
+    #[tokio::test]
+    async fn a_call_to_a_port_nothing_listens_on_was_refused_and_lost_its_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        drop(listener);
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_lazy();
+        let err = async {
+            FlightClient::new(channel)
+                .do_get(Ticket::new("k"))
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        }
+        .await
+        .expect_err("nothing listens");
+        assert!(connection_refused(&err), "{err:?}");
+        assert!(connection_lost(&err), "{err:?}");
+        // A call that reached a server which then died was not refused.
+        let died = do_get_against(Server::Dies).await;
+        assert!(!connection_refused(&died), "{died:?}");
+    }
+
+    #[test]
+    fn tries_after_a_lost_connection_back_off_from_50_ms_to_400_ms() {
+        let pauses: Vec<u64> = (1..LOST_CONNECTION_ATTEMPTS)
+            .map(|attempt| lost_connection_backoff(attempt).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [50, 100, 200, 400]);
+        assert_eq!(lost_connection_backoff(9).as_millis(), 400);
     }
 
     #[tokio::test]

@@ -966,18 +966,7 @@ async fn an_owner_that_accepts_but_never_answers_costs_a_miss_not_a_hang() {
     let mut cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);
     let key = keys_owned_by(&ring, "n-2", "frozen", 1).remove(0);
-    // n-2 replaced by a listener that accepts connections and never answers: a frozen
-    // process whose kernel still completes the TCP handshake.
-    cluster.stop(2).await;
-    let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    cluster.addresses[2] = frozen.local_addr().unwrap().to_string();
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((socket, _)) = frozen.accept().await {
-            open.push(socket);
-        }
-    });
-    cluster.publish(2, &[]).await;
+    let held = freeze(&mut cluster, 2).await;
     let started = std::time::Instant::now();
     let err = common::status(
         get(&mut cluster.client(0).await, path_ticket(&key))
@@ -996,6 +985,84 @@ async fn an_owner_that_accepts_but_never_answers_costs_a_miss_not_a_hang() {
     assert!(took < budget, "{took:?} (budget {budget:?})");
     held.abort();
     cluster.shutdown().await;
+}
+
+/// Replaces node `i` by a listener that accepts connections and never answers (a frozen
+/// process whose kernel still completes the TCP handshake) and publishes the ring again.
+async fn freeze(cluster: &mut Cluster, i: usize) -> tokio::task::JoinHandle<()> {
+    cluster.stop(i).await;
+    let frozen = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    cluster.addresses[i] = frozen.local_addr().unwrap().to_string();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = frozen.accept().await {
+            open.push(socket);
+        }
+    });
+    cluster.publish(2, &[]).await;
+    held
+}
+
+#[tokio::test]
+async fn a_put_whose_owner_hangs_under_it_goes_to_the_next_candidate_if_it_was_kept() {
+    // Up to REPLAYABLE_PUT_BYTES the relayed messages are kept until the owner answers;
+    // a larger put keeps nothing, so it fails as the broken connection did.
+    let kept = cache_node::cluster::forward::REPLAYABLE_PUT_BYTES;
+    for (rows, replayable) in [(2_000, true), (250_000, false)] {
+        let mut cluster = Cluster::start(3).await;
+        let ring = cluster.ring(&[]);
+        let key = keys_owned_by(&ring, "n-2", "hung", 1).remove(0);
+        let (_, next) = two_owners(&ring, &key);
+        let via = if next == 0 { 1 } else { 0 };
+        let held = freeze(&mut cluster, 2).await;
+        let batch = sample_batch(rows, 3);
+        let size = batch.get_array_memory_size();
+        let started = std::time::Instant::now();
+        let put_result = put(
+            &mut cluster.client(via).await,
+            path(&key),
+            vec![batch.clone()],
+            None,
+        )
+        .await;
+        let took = started.elapsed();
+        // The keepalive ends the hung connection within two ping periods; 2 s more for a
+        // loaded machine. Without the kept copy the put would fail there.
+        let budget = cache_node::cluster::peers::PEER_KEEPALIVE * 2 + Duration::from_secs(2);
+        println!(
+            "a {size}-byte put to a hung owner (kept up to {kept}) answered {:?} in {took:?} (budget {budget:?})",
+            put_result.as_ref().map(|_| ())
+        );
+        assert!(took < budget, "{took:?} (budget {budget:?})");
+        if replayable {
+            put_result.unwrap_or_else(|err| panic!("{size} bytes via n-{via}: {err}"));
+            assert!(
+                holds(cluster.node(next), &key),
+                "{key} is on its next candidate n-{next}"
+            );
+            assert_eq!(
+                get(&mut cluster.client(via).await, path_ticket(&key))
+                    .await
+                    .unwrap(),
+                vec![batch]
+            );
+            let metrics = scrape(cluster.node(next).metrics_addr).await;
+            let fallbacks = metric_value(&metrics, "flightcache_node_fallback_writes_total")
+                + metric_value(
+                    &scrape(cluster.node(via).metrics_addr).await,
+                    "flightcache_node_fallback_writes_total",
+                );
+            assert_eq!(fallbacks, 1);
+        } else {
+            assert!(size > kept, "{size} bytes");
+            let err = common::status(put_result.unwrap_err());
+            assert_eq!(err.code(), Code::Unavailable, "{err}");
+            assert!(err.message().contains("owner n-2"), "{err}");
+            assert!(!holds(cluster.node(next), &key));
+        }
+        held.abort();
+        cluster.shutdown().await;
+    }
 }
 
 #[tokio::test]

@@ -17,11 +17,29 @@ client speaks TLS (`grpc+tls://`) and trusts that CA; with FLIGHTCACHE_TLS_CLIEN
 FLIGHTCACHE_TLS_CLIENT_KEY set too, it presents that client certificate.
 """
 
+import json
 import os
 import sys
 
 import pyarrow as pa
 import pyarrow.flight as flight
+
+# The client settings docs/failure-model.md asks of every gRPC client of a pool: the
+# service config (DoGet and DoPut: wait for a connection, and try a call that failed
+# UNAVAILABLE again, up to 5 tries, 50 ms doubling to 400 ms apart) and an HTTP/2
+# keepalive that ends a connection to a hung process within ~2 s. gRPC-core does the
+# retries; the cache's calls are idempotent.
+SERVICE_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples",
+                              "grpc-service-config.json")
+
+
+def grpc_options() -> list:
+    with open(SERVICE_CONFIG) as f:
+        config = json.dumps(json.load(f))
+    return [("grpc.service_config", config), ("grpc.enable_retries", 1),
+            ("grpc.keepalive_time_ms", 1000), ("grpc.keepalive_timeout_ms", 1000),
+            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.min_reconnect_backoff_ms", 1000)]
 
 
 def table(rows: int, seed: int = 0) -> pa.Table:
@@ -33,17 +51,19 @@ def table(rows: int, seed: int = 0) -> pa.Table:
 
 
 def dial(host: str, port: str) -> flight.FlightClient:
-    """A client for HOST:PORT: TLS trusting FLIGHTCACHE_TLS_CA when it is set, presenting
-    the client certificate FLIGHTCACHE_TLS_CLIENT_CERT / _KEY when those are set too."""
+    """A client for HOST:PORT with the pool's client settings (grpc_options): TLS trusting
+    FLIGHTCACHE_TLS_CA when it is set, presenting the client certificate
+    FLIGHTCACHE_TLS_CLIENT_CERT / _KEY when those are set too."""
     ca = os.environ.get("FLIGHTCACHE_TLS_CA")
+    options = {"generic_options": grpc_options()}
     if not ca:
-        return flight.connect(f"grpc://{host}:{port}")
+        return flight.connect(f"grpc://{host}:{port}", **options)
     read = lambda path: open(path, "rb").read()  # noqa: E731
     identity = {}
     cert, key = os.environ.get("FLIGHTCACHE_TLS_CLIENT_CERT"), os.environ.get("FLIGHTCACHE_TLS_CLIENT_KEY")
     if cert and key:
         identity = {"cert_chain": read(cert), "private_key": read(key)}
-    return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=read(ca), **identity)
+    return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=read(ca), **identity, **options)
 
 
 def connect(host: str, port: str, token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::FlightData;
 use futures::StreamExt;
-use tonic::Streaming;
 use tonic::metadata::MetadataMap;
 
 use super::forward::{self, PutFailure, WriteKind};
@@ -152,7 +151,7 @@ impl Cluster {
         &self,
         key: &CacheKey,
         first: FlightData,
-        rest: Streaming<FlightData>,
+        rest: forward::UploadRest,
         metadata: &MetadataMap,
     ) -> Result<ForwardedPut> {
         let holder = self.routing.without_self().and_then(|leaving| {

@@ -30,7 +30,7 @@ use arrow_flight::{
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::{Request, Status, Streaming};
+use tonic::{Request, Status};
 
 use super::peers::{PeerError, Peers, unreachable};
 use crate::error::{Error, Result};
@@ -40,6 +40,18 @@ use crate::store::{Entry, Lifetime};
 
 /// Every streaming answer: of the Flight service, and of a peer relayed through it.
 pub type FlightStream<T> = futures::stream::BoxStream<'static, std::result::Result<T, Status>>;
+
+/// The rest of a DoPut upload after its first message: the client's stream, or (when a
+/// relay to an owner broke off) the messages already relayed, kept, followed by what the
+/// client has not sent yet.
+pub type UploadRest = FlightStream<FlightData>;
+
+/// The most bytes of a relayed DoPut kept until the owner answers, so that a put whose
+/// owner dies or hangs under it (its connection breaks before any answer) can still go
+/// to the key's next candidate. A larger put keeps nothing and fails UNAVAILABLE in that
+/// case, as the client's own connection breaking would. 4 MiB covers the result sets a
+/// cache mostly holds; the kept messages share the buffers already received (no copy).
+pub const REPLAYABLE_PUT_BYTES: usize = 4 << 20;
 
 /// Header naming the member that forwarded a request.
 pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
@@ -328,18 +340,21 @@ const HAND_BACK_WAIT: Duration = Duration::from_secs(1);
 pub struct Undelivered {
     /// The first message (already read here to find the key).
     pub first: FlightData,
-    /// The rest of the client's stream, not read yet.
-    pub rest: Streaming<FlightData>,
+    /// The rest of the upload: the client's stream, after the messages the owner was
+    /// sent and never answered for.
+    pub rest: UploadRest,
     /// Why the owner did not take it.
     pub error: Error,
 }
 
 /// What became of a relayed DoPut that did not succeed.
 pub enum PutFailure {
-    /// The owner could not be reached before it read anything: the upload is whole.
+    /// The owner could not be reached, or its connection broke before it answered, and
+    /// the upload is whole: nothing of it was sent, or what was sent was kept
+    /// ([`REPLAYABLE_PUT_BYTES`]).
     Undelivered(Box<Undelivered>),
     /// Anything else (the owner's own answer, a broken client stream, a connection lost
-    /// mid-upload): the error stands.
+    /// under an upload too large to keep): the error stands.
     Failed(Error),
 }
 
@@ -355,9 +370,11 @@ impl From<Error> for PutFailure {
 /// stores without forwarding it (a fallback write).
 ///
 /// The client's stream is read only once the owner has taken the first message (hyper
-/// polls a request body only after the connection is up and the stream open). So when
-/// the owner cannot be reached, nothing of the upload is lost and it comes back as
-/// [`PutFailure::Undelivered`], for the caller to store elsewhere.
+/// polls a request body only after the connection is up and the stream open), and the
+/// messages relayed are kept (up to [`REPLAYABLE_PUT_BYTES`]) until the owner answers.
+/// So when the owner cannot be reached, or its connection breaks before it answered (it
+/// crashed or hangs: the keepalive ends the connection), nothing of the upload is lost
+/// and it comes back as [`PutFailure::Undelivered`], for the caller to store elsewhere.
 ///
 /// # Errors
 /// [`PutFailure::Undelivered`], or [`PutFailure::Failed`] with
@@ -368,7 +385,7 @@ pub async fn do_put(
     peer: &Peer,
     sender: &Sender,
     first: FlightData,
-    rest: Streaming<FlightData>,
+    rest: UploadRest,
     incoming: &MetadataMap,
     kind: Option<WriteKind>,
 ) -> std::result::Result<FlightStream<PutResult>, PutFailure> {
@@ -389,7 +406,8 @@ pub async fn do_put(
     // reader reports it and keeps the channel open: ending the upload would let the owner
     // commit a partial entry; the select below cancels the call instead.
     let (tx, rx) = tokio::sync::mpsc::channel::<FlightData>(4);
-    let reader = tokio::spawn(relay_upload(rest, tx, failed_tx, taken_rx));
+    let kept_bytes = first.data_header.len() + first.data_body.len();
+    let reader = tokio::spawn(relay_upload(rest, tx, failed_tx, taken_rx, kept_bytes));
     let head = first.clone();
     let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let taken_by_owner = Arc::clone(&taken);
@@ -419,12 +437,14 @@ pub async fn do_put(
         }
         Err(status) => {
             let error = owner_error(peers, peer)(status);
-            let unreachable = matches!(error, Error::OwnerUnreachable { .. });
-            if !unreachable || taken.load(std::sync::atomic::Ordering::Acquire) {
+            if !matches!(error, Error::OwnerUnreachable { .. }) {
                 return Err(PutFailure::Failed(error));
             }
-            // The call is over, so its upload stream is dropped: the reader, still waiting
-            // for the first message to be taken, hands the client's stream back.
+            if taken.load(std::sync::atomic::Ordering::Acquire) {
+                tracing::debug!(owner = %peer.id, "the owner's connection broke under a put");
+            }
+            // The call is over, so its upload stream is dropped: the reader hands back the
+            // client's stream, after the messages it relayed if it kept them all.
             return Err(match tokio::time::timeout(HAND_BACK_WAIT, reader).await {
                 Ok(Ok(Some(rest))) => {
                     PutFailure::Undelivered(Box::new(Undelivered { first, rest, error }))
@@ -588,23 +608,47 @@ pub async fn list_flights(
 /// Reads the client's stream into `tx` once the owner has taken the first message
 /// (`taken`). Returns the stream unread when the call ended before that.
 async fn relay_upload(
-    mut rest: Streaming<FlightData>,
+    mut rest: UploadRest,
     tx: tokio::sync::mpsc::Sender<FlightData>,
     failed: tokio::sync::oneshot::Sender<Status>,
     taken: tokio::sync::oneshot::Receiver<()>,
-) -> Option<Streaming<FlightData>> {
+    mut kept_bytes: usize,
+) -> Option<UploadRest> {
     if taken.await.is_err() {
         return Some(rest);
     }
+    // What was relayed, for a replay elsewhere; `None` once it outgrew the limit.
+    let mut kept = Some(Vec::new());
+    let replay = |kept: Option<Vec<FlightData>>, rest: UploadRest| {
+        kept.map(|kept| {
+            futures::stream::iter(kept.into_iter().map(Ok))
+                .chain(rest)
+                .boxed()
+        })
+    };
     loop {
-        match rest.message().await {
-            Ok(Some(message)) => {
+        let next = tokio::select! {
+            // The call ended (the owner answered, or its connection broke) while the
+            // client's next message is not here yet.
+            () = tx.closed() => return replay(kept, rest),
+            next = rest.next() => next,
+        };
+        match next {
+            Some(Ok(message)) => {
+                kept = kept.and_then(|mut kept| {
+                    kept_bytes += message.data_header.len() + message.data_body.len();
+                    (kept_bytes <= REPLAYABLE_PUT_BYTES).then(|| {
+                        kept.push(message.clone());
+                        kept
+                    })
+                });
                 if tx.send(message).await.is_err() {
-                    return None;
+                    return replay(kept, rest);
                 }
             }
-            Ok(None) => return None,
-            Err(status) => {
+            // The whole upload was relayed; only a failed call asks for it back.
+            None => return replay(kept, futures::stream::empty().boxed()),
+            Some(Err(status)) => {
                 let _ = failed.send(status);
                 tx.closed().await;
                 return None;

@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::{Action, FlightData, PutResult};
 use bytes::Bytes;
-use tonic::Streaming;
 use tonic::metadata::MetadataMap;
 
 use crate::error::{Error, Result};
@@ -89,8 +88,8 @@ pub enum ForwardedPut {
 pub struct Upload {
     /// The first message (already read to find the key).
     pub first: FlightData,
-    /// The rest of the client's stream, not read yet.
-    pub rest: Streaming<FlightData>,
+    /// The rest of the upload (see [`forward::UploadRest`]).
+    pub rest: forward::UploadRest,
 }
 
 impl Cluster {
@@ -275,7 +274,7 @@ impl Cluster {
         key: &CacheKey,
         peer: &Peer,
         first: FlightData,
-        input: Streaming<FlightData>,
+        input: forward::UploadRest,
         metadata: &MetadataMap,
     ) -> Result<ForwardedPut> {
         let relayed = forward::do_put(

@@ -102,7 +102,7 @@ impl FlightCacheService {
         &self,
         key: CacheKey,
         first: FlightData,
-        input: Streaming<FlightData>,
+        input: forward::UploadRest,
         metadata: &MetadataMap,
         copy: Option<WriteKind>,
         cover: Option<Arc<IntakeCover>>,
@@ -499,6 +499,7 @@ impl FlightService for FlightCacheService {
         let cover = extensions.get::<Arc<IntakeCover>>().cloned();
         let result = async {
             let (first, key) = put::read_first(&mut input).await?;
+            let input: forward::UploadRest = input.boxed();
             // A copy (replica write, handover) is stored here, never forwarded again.
             let copy = forward::write_kind(&metadata);
             let stopping = self.cluster.is_stopping();

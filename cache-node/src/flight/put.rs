@@ -127,7 +127,7 @@ pub async fn ingest(
     store: &Store,
     key: CacheKey,
     first: FlightData,
-    input: Streaming<FlightData>,
+    input: crate::cluster::forward::UploadRest,
     lifetime: Lifetime,
     cover: Option<Arc<IntakeCover>>,
 ) -> Result<PutSummary> {

@@ -230,7 +230,7 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
     // readiness for the Flight service, which serves once the node's DNS name resolves
     // to it. Over TLS, which the kubelet's gRPC probes do not speak, the same two on the
     // metrics port: /livez and /readyz.
-    let probe = |ready: bool, period: i32, failures: i32| Probe {
+    let probe = |ready: bool, period: i32, failures: i32, timeout: i32| Probe {
         grpc: cluster.tls_secret.is_none().then(|| GRPCAction {
             port: i32::from(cluster.port),
             service: ready.then(|| names::FLIGHT_HEALTH_SERVICE.into()),
@@ -249,7 +249,7 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
         }),
         period_seconds: Some(period),
         failure_threshold: Some(failures),
-        timeout_seconds: Some(2),
+        timeout_seconds: Some(timeout),
         ..Probe::default()
     };
     let container = Container {
@@ -282,10 +282,13 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
                 restart_policy: "NotRequired".into(),
             },
         ]),
-        readiness_probe: Some(probe(true, 2, 2)),
+        // Readiness is quick: a node that stops answering (hung) leaves the client
+        // Service's endpoints within 2-3 s, so clients whose connection to it was ended
+        // by their keepalive (~2 s) reconnect to a live node on their next try.
+        readiness_probe: Some(probe(true, 1, 2, 1)),
         // Liveness is patient: a node unready for 10 s is already out of the ring (plan.rs),
         // so a hung node is only restarted after a minute, giving a stall time to pass.
-        liveness_probe: Some(probe(false, 10, 6)),
+        liveness_probe: Some(probe(false, 10, 6, 2)),
         lifecycle: Some(Lifecycle {
             // Give endpoint removal a moment to reach clients before the node drains.
             pre_stop: Some(LifecycleHandler {
@@ -542,6 +545,20 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(live.service, None, "liveness must not wait for DNS");
+        // A hung node is unready, out of the client Service, within 3 s (failures x
+        // period, the last probe waiting out its timeout): clients' keepalive ends their
+        // connections to it in ~2 s, and their next try must not land on it again.
+        let readiness = container.readiness_probe.as_ref().unwrap();
+        let unready_within = readiness.failure_threshold.unwrap()
+            * readiness.period_seconds.unwrap()
+            + readiness.timeout_seconds.unwrap();
+        assert!(unready_within <= 3, "{readiness:?}");
+        // Liveness stays patient: a minute before a stalled node is restarted.
+        let liveness = container.liveness_probe.as_ref().unwrap();
+        assert_eq!(
+            liveness.failure_threshold.unwrap() * liveness.period_seconds.unwrap(),
+            60
+        );
     }
 
     #[test]

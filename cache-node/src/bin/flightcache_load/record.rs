@@ -54,6 +54,9 @@ pub(crate) struct CounterFields {
     pub(crate) puts: u64,
     pub(crate) errors: u64,
     pub(crate) errors_by_code: BTreeMap<&'static str, u64>,
+    /// Tries that failed because their connection was lost, each followed by another
+    /// try of the same call (not failed calls: a failed call is counted in `errors`).
+    pub(crate) retried: u64,
     pub(crate) ops: u64,
     pub(crate) ops_per_s: Option<f64>,
     pub(crate) hit_ratio: Option<f64>,
@@ -100,6 +103,8 @@ pub(crate) struct Report {
     pub(crate) max_consecutive_error_s: f64,
     pub(crate) phases: Vec<PhaseReport>,
     pub(crate) error_samples: Vec<String>,
+    /// Samples of the failures that were tried again (see [`CounterFields::retried`]).
+    pub(crate) retry_samples: Vec<String>,
     pub(crate) corrupt_samples: Vec<String>,
     pub(crate) intervals: Vec<IntervalReport>,
 }
@@ -114,6 +119,8 @@ pub(crate) struct Counters {
     pub(crate) puts: u64,
     pub(crate) errors: u64,
     pub(crate) errors_by_code: BTreeMap<&'static str, u64>,
+    /// See [`CounterFields::retried`].
+    pub(crate) retried: u64,
     /// Latency of gets (hits, misses, corrupt and failed alike).
     pub(crate) latency: Histogram,
 }
@@ -161,6 +168,7 @@ impl Counters {
             puts: self.puts,
             errors: self.errors,
             errors_by_code: self.errors_by_code.clone(),
+            retried: self.retried,
             ops,
             ops_per_s,
             hit_ratio: self.hit_ratio().map(round6),
@@ -195,8 +203,13 @@ impl Counters {
                 .collect();
             errors = format!("{errors}({})", by_code.join(","));
         }
+        let retried = if self.retried > 0 {
+            format!(" retried={}", self.retried)
+        } else {
+            String::new()
+        };
         format!(
-            "ops/s={ops_per_s:.0} gets={} hit={hit} misses={} refills={} corrupt={} errors={errors} p50={} p99={}",
+            "ops/s={ops_per_s:.0} gets={} hit={hit} misses={} refills={} corrupt={} errors={errors}{retried} p50={} p99={}",
             self.gets,
             self.misses,
             self.puts,
@@ -242,6 +255,7 @@ struct State {
     phase_since: Instant,
     intervals: Vec<Interval>,
     error_samples: Vec<String>,
+    retry_samples: Vec<String>,
     corrupt_samples: Vec<String>,
 }
 
@@ -266,6 +280,7 @@ impl Recorder {
                 phase_since: now,
                 intervals: Vec::new(),
                 error_samples: Vec::new(),
+                retry_samples: Vec::new(),
                 corrupt_samples: Vec::new(),
             }),
         }
@@ -292,6 +307,30 @@ impl Recorder {
             }
             Outcome::Corrupt(what) => add_sample(&mut state.corrupt_samples, what.clone()),
             Outcome::Hit | Outcome::Miss | Outcome::PutOk => {}
+        }
+    }
+
+    /// Counts tries of `op` that failed with `failures` because their connection was lost
+    /// and were followed by another try (see [`CounterFields::retried`]).
+    pub(crate) fn record_retried(&self, op: &str, failures: &[CallError]) {
+        if failures.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock();
+        let n = failures.len() as u64;
+        state.interval.retried += n;
+        state.total.retried += n;
+        let phase = state.current_phase;
+        let label = match state.phases.get_mut(phase) {
+            Some(stats) => {
+                stats.counters.retried += n;
+                stats.label.clone()
+            }
+            None => String::new(),
+        };
+        for err in failures {
+            let sample = format!("{label}: {op} {}: {}", err.code, err.message);
+            add_sample(&mut state.retry_samples, sample);
         }
     }
 
@@ -393,6 +432,7 @@ impl Recorder {
             max_consecutive_error_s: round3(longest as f64 * interval_s),
             phases,
             error_samples: state.error_samples.clone(),
+            retry_samples: state.retry_samples.clone(),
             corrupt_samples: state.corrupt_samples.clone(),
             intervals,
         }

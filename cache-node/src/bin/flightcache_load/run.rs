@@ -361,6 +361,7 @@ async fn warm(
                     _ = stop.wait_for(|stop| *stop) => break,
                     put = caller.put(&shared.workload, index, shared.timeout) => put,
                 };
+                recorder.record_retried("put", &caller.take_retried());
                 let outcome = match put {
                     Ok(()) => Outcome::PutOk,
                     Err(err) => Outcome::PutError(err),
@@ -412,6 +413,9 @@ async fn worker(id: u64, mut caller: Caller, shared: Arc<Shared>, mut stop: watc
             got = caller.get(workload, index, shared.timeout) => got,
         };
         let latency = began.elapsed();
+        shared
+            .recorder
+            .record_retried("get", &caller.take_retried());
         match got {
             Ok(Got::Batches(batches)) => {
                 let outcome = match workload.verify(index, &batches) {
@@ -428,6 +432,9 @@ async fn worker(id: u64, mut caller: Caller, shared: Arc<Shared>, mut stop: watc
                     _ = stop.wait_for(|stop| *stop) => return,
                     put = caller.put(workload, index, shared.timeout) => put,
                 };
+                shared
+                    .recorder
+                    .record_retried("put", &caller.take_retried());
                 let failed = put.is_err();
                 let outcome = match put {
                     Ok(()) => Outcome::PutOk,

@@ -13,7 +13,10 @@ use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::{Action, FlightClient, Ticket};
-use cache_node::client::{ClientError, RingClient, retry_unprocessed};
+use cache_node::client::{
+    ClientError, LOST_CONNECTION_ATTEMPTS, RingClient, connection_lost, connection_refused,
+    lost_connection_backoff, retry_unprocessed,
+};
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
 use crds::admin::AdminAction;
 use futures::{StreamExt, TryStreamExt};
@@ -24,6 +27,11 @@ use crate::record::CallError;
 use crate::workload::Workload;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 keepalive of a direct connection: a ping after 1 s without a frame while calls
+/// are open, and the connection ends when its ack does not come within 1 s — so a call on
+/// a connection to a hung process fails (and is tried again) within ~2 s instead of
+/// waiting for its deadline. The node's peers use the same (`cluster::peers`).
+const KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// Where the calls go; shared by the workers.
 #[derive(Debug, Clone)]
@@ -40,7 +48,12 @@ pub(crate) enum Target {
 /// One worker's handle on the target.
 #[derive(Debug)]
 pub(crate) enum Caller {
-    Direct(Box<FlightClient>),
+    Direct {
+        client: Box<FlightClient>,
+        /// The failures of calls tried again because their connection was lost, since
+        /// the last [`Caller::take_retried`].
+        retried: Vec<CallError>,
+    },
     Ring(Arc<RingClient>),
 }
 
@@ -120,13 +133,13 @@ impl Target {
             let endpoint = endpoint
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true)
-                .http2_keep_alive_interval(Duration::from_secs(10))
-                .keep_alive_timeout(Duration::from_secs(5));
+                .http2_keep_alive_interval(KEEPALIVE)
+                .keep_alive_timeout(KEEPALIVE);
             let target = Self::Direct {
                 endpoint: Box::new(endpoint),
                 token,
             };
-            let Caller::Direct(mut client) = target.caller()? else {
+            let Caller::Direct { mut client, .. } = target.caller()? else {
                 return Err(CallError {
                     code: "CLIENT",
                     message: "unexpected client kind".into(),
@@ -162,7 +175,10 @@ impl Target {
                         .add_header("authorization", &format!("Bearer {token}"))
                         .map_err(|err| flight_error(&err))?;
                 }
-                Ok(Caller::Direct(Box::new(client)))
+                Ok(Caller::Direct {
+                    client: Box::new(client),
+                    retried: Vec::new(),
+                })
             }
             Self::Ring(client) => Ok(Caller::Ring(Arc::clone(client))),
         }
@@ -170,6 +186,15 @@ impl Target {
 }
 
 impl Caller {
+    /// The failures of the calls tried again since the last take because their
+    /// connection was lost ([`connection_lost`]): each was answered on a later try.
+    pub(crate) fn take_retried(&mut self) -> Vec<CallError> {
+        match self {
+            Self::Direct { retried, .. } => std::mem::take(retried),
+            Self::Ring(_) => Vec::new(),
+        }
+    }
+
     /// DoGet of the key `index`, within `timeout`.
     ///
     /// # Errors
@@ -181,13 +206,15 @@ impl Caller {
         timeout: Duration,
     ) -> Result<Got, CallError> {
         let result = match self {
-            Self::Direct(client) => {
+            Self::Direct { client, retried } => {
                 let ticket = Ticket::new(workload.ticket(index));
                 // gRPC's transparent retry, as grpc-core (pyarrow) does it: a call no
                 // server processed (the pod behind the Service is stopping: GOAWAY) is
                 // sent once more on a fresh connection, one that never left the client
                 // (its connection was closing) up to three tries (`retry_unprocessed`).
-                // Server answers, deadlines and everything else are never retried.
+                // And the client settings' retry of a call whose connection was lost
+                // (the process behind it crashed or hangs), recorded. Server answers and
+                // deadlines are never retried.
                 let call = async {
                     let mut attempt = 0;
                     loop {
@@ -196,7 +223,11 @@ impl Caller {
                             async { client.do_get(ticket.clone()).await?.try_collect().await }
                                 .await;
                         match result {
-                            Err(err) if retry_unprocessed(&err, attempt) => continue,
+                            Err(err) if retry_unprocessed(&err, attempt) => {}
+                            Err(err) if retry_lost_connection(&err, attempt) => {
+                                retried.push(flight_error(&err));
+                                tokio::time::sleep(lost_connection_backoff(attempt)).await;
+                            }
                             other => break other,
                         }
                     }
@@ -237,8 +268,8 @@ impl Caller {
         })?;
         let descriptor = workload.descriptor(index);
         match self {
-            Self::Direct(client) => {
-                // Transparent retry as for `get`: only a put no server processed.
+            Self::Direct { client, retried } => {
+                // Retried as `get` is.
                 let call = async {
                     let mut attempt = 0;
                     loop {
@@ -251,7 +282,11 @@ impl Caller {
                         let result: Result<Vec<_>, FlightError> =
                             async { client.do_put(stream).await?.try_collect().await }.await;
                         match result {
-                            Err(err) if retry_unprocessed(&err, attempt) => continue,
+                            Err(err) if retry_unprocessed(&err, attempt) => {}
+                            Err(err) if retry_lost_connection(&err, attempt) => {
+                                retried.push(flight_error(&err));
+                                tokio::time::sleep(lost_connection_backoff(attempt)).await;
+                            }
                             other => break other.map(|_| ()),
                         }
                     }
@@ -269,6 +304,13 @@ impl Caller {
             }
         }
     }
+}
+
+/// Whether a call that failed with `err` on try `attempt` is tried again because its
+/// connection was lost: up to [`LOST_CONNECTION_ATTEMPTS`] tries, and a refused
+/// connection (the call never left the client) until the call's deadline.
+fn retry_lost_connection(err: &FlightError, attempt: u32) -> bool {
+    connection_lost(err) && (attempt < LOST_CONNECTION_ATTEMPTS || connection_refused(err))
 }
 
 fn deadline_error(timeout: Duration) -> CallError {
