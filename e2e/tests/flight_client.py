@@ -27,8 +27,9 @@ import pyarrow.flight as flight
 # The client settings docs/failure-model.md asks of every gRPC client of a pool: the
 # service config (DoGet and DoPut: wait for a connection, and try a call that failed
 # UNAVAILABLE again, up to 5 tries, 50 ms doubling to 400 ms apart) and an HTTP/2
-# keepalive that ends a connection to a hung process within ~2 s. gRPC-core does the
-# retries; the cache's calls are idempotent.
+# keepalive that ends a connection to a hung process within ~2 s (gRPC-core's own ping
+# timeout too: its keepalive waits on an unanswered BDP ping, 1 minute by default). gRPC-core
+# does the retries; the cache's calls are idempotent.
 SERVICE_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples",
                               "grpc-service-config.json")
 
@@ -38,6 +39,7 @@ def grpc_options() -> list:
         config = json.dumps(json.load(f))
     return [("grpc.service_config", config), ("grpc.enable_retries", 1),
             ("grpc.keepalive_time_ms", 1000), ("grpc.keepalive_timeout_ms", 1000),
+            ("grpc.http2.ping_timeout_ms", 1000),
             ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000),
             ("grpc.min_reconnect_backoff_ms", 1000)]
 
