@@ -1,8 +1,9 @@
 //! `flightcache-load` against real `flightcache-node` processes on loopback: a warm run is
 //! all verified hits, a `clear` mid-run shows up as misses that are refilled (per phase),
-//! SIGTERM still writes the summary, the ring-aware mode spreads keys over three nodes,
-//! TLS with a client certificate works (and without one the node refuses), and bad flags
-//! or an unreachable target fail at start.
+//! SIGTERM still writes the summary, a node SIGKILLed and restarted under the load costs
+//! tries (counted as `retried`) and no failed call, the ring-aware mode spreads keys over
+//! three nodes, TLS with a client certificate works (and without one the node refuses),
+//! and bad flags or an unreachable target fail at start.
 
 #![allow(missing_docs, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -25,8 +26,13 @@ struct Node {
 
 impl Node {
     fn start(extra: &[&str]) -> Self {
+        Self::start_on("127.0.0.1:0", extra)
+    }
+
+    /// A node listening for Flight on `listen`.
+    fn start_on(listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_flightcache-node"))
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--listen", listen, "--metrics-listen", "127.0.0.1:0"])
             .args(["--log-format", "json", "--shutdown-grace", "1s"])
             .args(extra)
             .env("RUST_LOG", "info")
@@ -134,6 +140,28 @@ async fn wait_for_intervals(out: &Path, phase: &str, count: usize) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{seen} of {count} intervals of phase {phase} after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (at most 30 s) until the run's summary in `out` counts a miss in `phase`.
+async fn wait_for_misses(out: &Path, phase: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read(out).unwrap_or_default();
+        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        let missed = partial["phases"].as_array().is_some_and(|phases| {
+            phases
+                .iter()
+                .any(|p| p["phase"] == phase && p["misses"].as_u64() > Some(0))
+        });
+        if missed {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no miss in phase {phase} after 30 s"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -326,6 +354,71 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
     assert!(
         worst["hit_ratio"].as_f64().unwrap() < last["hit_ratio"].as_f64().unwrap(),
         "{worst} vs {last}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_killed_and_restarted_under_load_costs_tries_not_failed_calls() {
+    // A fixed port, so the restarted node listens where the killed one did.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let node = Node::start_on(&listen, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let phase_file = dir.path().join("phase");
+    std::fs::write(&phase_file, "steady\n").unwrap();
+    let load_args = args(
+        &listen,
+        &out,
+        &[
+            "--duration",
+            "120s",
+            "--phase-file",
+            phase_file.to_str().unwrap(),
+        ],
+    );
+    let child = load(&load_args.iter().map(String::as_str).collect::<Vec<_>>())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_intervals(&out, "steady", 2).await;
+    std::fs::write(&phase_file, "crash\n").unwrap();
+    // SIGKILL with calls in flight (4 workers calling back to back), then a new process
+    // on the same port: its connections are reset and refused until it listens.
+    drop(node);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let node = Node::start_on(&listen, &[]);
+    // The new node is empty: the keys miss and are refilled.
+    wait_for_misses(&out, "crash").await;
+    std::fs::write(&phase_file, "after\n").unwrap();
+    wait_for_recovery(&out, "after").await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (_, summary) = finish(child, &out).await;
+    drop(node);
+
+    let totals = &summary["totals"];
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    assert_eq!(totals["corrupt"], 0, "{}", summary["corrupt_samples"]);
+    assert_eq!(phase(&summary, "steady")["retried"], 0, "{summary}");
+    let crash = phase(&summary, "crash");
+    // Each worker's call in flight lost its connection, and its next tries were refused
+    // until the new process listened.
+    let retried = crash["retried"].as_u64().unwrap();
+    println!("a kill and restart under 4 workers: {retried} tries again, 0 failed calls; {crash}");
+    assert!(retried >= 1, "{crash}");
+    assert!(crash["misses"].as_u64().unwrap() > 0, "{crash}");
+    assert!(
+        !summary["retry_samples"].as_array().unwrap().is_empty(),
+        "{summary}"
     );
 }
 
