@@ -100,11 +100,25 @@ fn load(args: &[&str]) -> Command {
 
 /// Runs the load to completion; returns its output and the summary in `out`.
 async fn run_load(args: Vec<String>, out: &Path) -> (Output, Value) {
-    let child = load(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    finish(spawn_load(&args), out).await
+}
+
+/// Starts the load in the background, its output captured.
+fn spawn_load(args: &[String]) -> Child {
+    load(&args.iter().map(String::as_str).collect::<Vec<_>>())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+        .unwrap()
+}
+
+/// Ends a background load with SIGTERM; returns its output and the summary in `out`.
+async fn stop_load(child: Child, out: &Path) -> (Output, Value) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
         .unwrap();
+    assert!(killed.success());
     finish(child, out).await
 }
 
@@ -124,69 +138,65 @@ async fn finish(child: Child, out: &Path) -> (Output, Value) {
     (output, summary)
 }
 
-/// Waits (at most 30 s) until the run's summary in `out` reports `count` intervals of
-/// `phase`.
-async fn wait_for_intervals(out: &Path, phase: &str, count: usize) {
+/// Waits (at most 30 s) until the run's summary in `out` (rewritten every interval)
+/// satisfies `ready`; `what` names the wait in the failure.
+async fn wait_for_summary(out: &Path, what: &str, ready: impl Fn(&Value) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read(out).unwrap_or_default();
         let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
-        let seen = partial["intervals"]
-            .as_array()
-            .map_or(0, |i| i.iter().filter(|i| i["phase"] == phase).count());
-        if seen >= count {
+        if ready(&partial) {
             return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{seen} of {count} intervals of phase {phase} after 30 s"
+            "{what}: not within 30 s"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
-/// Waits (at most 30 s) until the run's summary in `out` counts a miss in `phase`.
+/// Waits until the summary reports `count` intervals of `phase`.
+async fn wait_for_intervals(out: &Path, phase: &str, count: usize) {
+    wait_for_summary(
+        out,
+        &format!("{count} intervals of phase {phase}"),
+        |summary| {
+            summary["intervals"]
+                .as_array()
+                .map_or(0, |i| i.iter().filter(|i| i["phase"] == phase).count())
+                >= count
+        },
+    )
+    .await;
+}
+
+/// Waits until the summary counts a miss in `phase`.
 async fn wait_for_misses(out: &Path, phase: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read(out).unwrap_or_default();
-        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
-        let missed = partial["phases"].as_array().is_some_and(|phases| {
+    wait_for_summary(out, &format!("a miss in phase {phase}"), |summary| {
+        summary["phases"].as_array().is_some_and(|phases| {
             phases
                 .iter()
                 .any(|p| p["phase"] == phase && p["misses"].as_u64() > Some(0))
-        });
-        if missed {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no miss in phase {phase} after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        })
+    })
+    .await;
 }
 
-/// Waits until an interval of `phase` had no miss (at most 30 s).
+/// Waits until an interval of `phase` had reads and no miss.
 async fn wait_for_recovery(out: &Path, phase: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read(out).unwrap_or_default();
-        let partial: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
-        let recovered = partial["intervals"].as_array().is_some_and(|intervals| {
-            intervals
-                .iter()
-                .any(|i| i["phase"] == phase && i["gets"].as_u64() > Some(0) && i["misses"] == 0)
-        });
-        if recovered {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no interval of phase {phase} without misses after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_summary(
+        out,
+        &format!("an interval of phase {phase} without misses"),
+        |summary| {
+            summary["intervals"].as_array().is_some_and(|intervals| {
+                intervals.iter().any(|i| {
+                    i["phase"] == phase && i["gets"].as_u64() > Some(0) && i["misses"] == 0
+                })
+            })
+        },
+    )
+    .await;
 }
 
 fn args(target: &str, out: &Path, extra: &[&str]) -> Vec<String> {
@@ -290,11 +300,7 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
             phase_file.to_str().unwrap(),
         ],
     );
-    let child = load(&load_args.iter().map(String::as_str).collect::<Vec<_>>())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_load(&load_args);
     wait_for_intervals(&out, "steady", 2).await;
     std::fs::write(&phase_file, "clear\n").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -306,12 +312,7 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
     // long the refill takes depends on the machine, so the test waits for it (at most
     // 30 s) rather than bounding the hit ratio of a fixed window.
     wait_for_recovery(&out, "after").await;
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let (_, summary) = finish(child, &out).await;
+    let (_, summary) = stop_load(child, &out).await;
 
     let totals = &summary["totals"];
     assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
@@ -381,11 +382,7 @@ async fn a_node_killed_and_restarted_under_load_costs_tries_not_failed_calls() {
             phase_file.to_str().unwrap(),
         ],
     );
-    let child = load(&load_args.iter().map(String::as_str).collect::<Vec<_>>())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_load(&load_args);
     wait_for_intervals(&out, "steady", 2).await;
     std::fs::write(&phase_file, "crash\n").unwrap();
     // SIGKILL with calls in flight (4 workers calling back to back), then a new process
@@ -397,12 +394,7 @@ async fn a_node_killed_and_restarted_under_load_costs_tries_not_failed_calls() {
     wait_for_misses(&out, "crash").await;
     std::fs::write(&phase_file, "after\n").unwrap();
     wait_for_recovery(&out, "after").await;
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let (_, summary) = finish(child, &out).await;
+    let (_, summary) = stop_load(child, &out).await;
     drop(node);
 
     let totals = &summary["totals"];
@@ -428,18 +420,9 @@ async fn sigterm_ends_the_run_cleanly_with_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("summary.json");
     let load_args = args(&node.addr, &out, &["--duration", "60s", "--no-warm"]);
-    let child = load(&load_args.iter().map(String::as_str).collect::<Vec<_>>())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_load(&load_args);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let (_, summary) = tokio::time::timeout(Duration::from_secs(15), finish(child, &out))
+    let (_, summary) = tokio::time::timeout(Duration::from_secs(15), stop_load(child, &out))
         .await
         .expect("the load stopped soon after SIGTERM");
     assert_eq!(summary["finished"], true);
