@@ -112,6 +112,19 @@ fn spawn_load(args: &[String]) -> Child {
         .unwrap()
 }
 
+/// Starts a long load in the background (ended by [`stop_load`] once the test has seen
+/// its phases: on a busy machine a fixed-length run could end before the test got to
+/// them), in phase `steady` of the phase file `phase_file`.
+fn start_phased_load(target: &str, out: &Path, phase_file: &Path) -> Child {
+    std::fs::write(phase_file, "steady\n").unwrap();
+    let phase_file = phase_file.to_str().unwrap();
+    spawn_load(&args(
+        target,
+        out,
+        &["--duration", "120s", "--phase-file", phase_file],
+    ))
+}
+
 /// Ends a background load with SIGTERM; returns its output and the summary in `out`.
 async fn stop_load(child: Child, out: &Path) -> (Output, Value) {
     let killed = Command::new("kill")
@@ -287,20 +300,7 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("summary.json");
     let phase_file = dir.path().join("phase");
-    std::fs::write(&phase_file, "steady\n").unwrap();
-    // A long run ended by SIGTERM once every phase was reported: on a busy machine a
-    // fixed-length run could end before the test got to its phases.
-    let load_args = args(
-        &node.addr,
-        &out,
-        &[
-            "--duration",
-            "120s",
-            "--phase-file",
-            phase_file.to_str().unwrap(),
-        ],
-    );
-    let child = spawn_load(&load_args);
+    let child = start_phased_load(&node.addr, &out, &phase_file);
     wait_for_intervals(&out, "steady", 2).await;
     std::fs::write(&phase_file, "clear\n").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -371,18 +371,7 @@ async fn a_node_killed_and_restarted_under_load_costs_tries_not_failed_calls() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("summary.json");
     let phase_file = dir.path().join("phase");
-    std::fs::write(&phase_file, "steady\n").unwrap();
-    let load_args = args(
-        &listen,
-        &out,
-        &[
-            "--duration",
-            "120s",
-            "--phase-file",
-            phase_file.to_str().unwrap(),
-        ],
-    );
-    let child = spawn_load(&load_args);
+    let child = start_phased_load(&listen, &out, &phase_file);
     wait_for_intervals(&out, "steady", 2).await;
     std::fs::write(&phase_file, "crash\n").unwrap();
     // SIGKILL with calls in flight (4 workers calling back to back), then a new process
