@@ -19,7 +19,9 @@ FLIGHTCACHE_TLS_CLIENT_KEY set too, it presents that client certificate.
 
 import json
 import os
+import socket
 import sys
+import time
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -68,7 +70,25 @@ def dial(host: str, port: str) -> flight.FlightClient:
     return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=read(ca), **identity, **options)
 
 
+def wait_for_route(host: str, port: str, within_s: float = 10.0) -> None:
+    """Waits until a TCP connection to HOST:PORT is accepted, at most WITHIN_S seconds. A
+    pool's pods can be Ready a moment before kube-proxy routes its Service to them (one
+    TLS run failed its first Handshake 1.3 s after Ready), and gRPC fails a call at once
+    while its connection is refused: only DoGet and DoPut wait for a connection (the
+    client settings), not the Handshake this client starts with."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return  # the call below then fails with gRPC's own message
+            time.sleep(0.1)
+
+
 def connect(host: str, port: str, token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
+    wait_for_route(host, port)
     client = dial(host, port)
     headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
     return client, flight.FlightCallOptions(headers=headers, timeout=20)
