@@ -44,9 +44,10 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     client = dial(host, port)
     # The token goes straight into the Bearer header the node checks on every call. No
-    # Handshake first: a Handshake right after connecting once failed a CI run with
-    # "Could not finish writing before closing" (a node-side race, issue 14 note), which
-    # is not what this load measures; the Handshake has its own tests.
+    # Handshake first: it fails at once ("Could not finish writing before closing") while
+    # the Service refuses connections, as it can for a moment after the pool turned Ready
+    # (docs/failure-model.md, "Client settings"), where DoGet and DoPut wait for a
+    # connection; the Handshake has its own tests.
     options = flight.FlightCallOptions(
         headers=[(b"authorization", b"Bearer " + token.encode())], timeout=10)
 
