@@ -21,7 +21,6 @@
 //! (the DoGet relay, `wire::relay`, sends them too). A Flight *client*: must not import
 //! the Flight server side, `flight/` or `wire/` (see the `cluster` module docs).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::{
@@ -409,10 +408,7 @@ pub async fn do_put(
     let kept_bytes = first.data_header.len() + first.data_body.len();
     let reader = tokio::spawn(relay_upload(rest, tx, failed_tx, taken_rx, kept_bytes));
     let head = first.clone();
-    let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let taken_by_owner = Arc::clone(&taken);
     let upload = futures::stream::once(async move {
-        taken_by_owner.store(true, std::sync::atomic::Ordering::Release);
         let _ = taken_tx.send(());
         head
     })
@@ -439,9 +435,6 @@ pub async fn do_put(
             let error = owner_error(peers, peer)(status);
             if !matches!(error, Error::OwnerUnreachable { .. }) {
                 return Err(PutFailure::Failed(error));
-            }
-            if taken.load(std::sync::atomic::Ordering::Acquire) {
-                tracing::debug!(owner = %peer.id, "the owner's connection broke under a put");
             }
             // The call is over, so its upload stream is dropped: the reader hands back the
             // client's stream, after the messages it relayed if it kept them all.

@@ -19,7 +19,8 @@ use cache_node::client::{
 };
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
 use crds::admin::AdminAction;
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -208,30 +209,10 @@ impl Caller {
         let result = match self {
             Self::Direct { client, retried } => {
                 let ticket = Ticket::new(workload.ticket(index));
-                // gRPC's transparent retry, as grpc-core (pyarrow) does it: a call no
-                // server processed (the pod behind the Service is stopping: GOAWAY) is
-                // sent once more on a fresh connection, one that never left the client
-                // (its connection was closing) up to three tries (`retry_unprocessed`).
-                // And the client settings' retry of a call whose connection was lost
-                // (the process behind it crashed or hangs), recorded. Server answers and
-                // deadlines are never retried.
-                let call = async {
-                    let mut attempt = 0;
-                    loop {
-                        attempt += 1;
-                        let result: Result<Vec<_>, FlightError> =
-                            async { client.do_get(ticket.clone()).await?.try_collect().await }
-                                .await;
-                        match result {
-                            Err(err) if retry_unprocessed(&err, attempt) => {}
-                            Err(err) if retry_lost_connection(&err, attempt) => {
-                                retried.push(flight_error(&err));
-                                tokio::time::sleep(lost_connection_backoff(attempt)).await;
-                            }
-                            other => break other,
-                        }
-                    }
-                };
+                let call = tried(client, retried, |client: &mut FlightClient| {
+                    let ticket = ticket.clone();
+                    async move { client.do_get(ticket).await?.try_collect().await }.boxed()
+                });
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|err| (flight_code(&err), flight_error(&err))),
                     Err(_) => return Err(deadline_error(timeout)),
@@ -269,28 +250,18 @@ impl Caller {
         let descriptor = workload.descriptor(index);
         match self {
             Self::Direct { client, retried } => {
-                // Retried as `get` is.
-                let call = async {
-                    let mut attempt = 0;
-                    loop {
-                        attempt += 1;
-                        let stream = FlightDataEncoderBuilder::new()
-                            .with_schema(workload.schema())
-                            .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-                            .with_flight_descriptor(Some(descriptor.clone()))
-                            .build(futures::stream::iter([Ok(batch.clone())]));
-                        let result: Result<Vec<_>, FlightError> =
-                            async { client.do_put(stream).await?.try_collect().await }.await;
-                        match result {
-                            Err(err) if retry_unprocessed(&err, attempt) => {}
-                            Err(err) if retry_lost_connection(&err, attempt) => {
-                                retried.push(flight_error(&err));
-                                tokio::time::sleep(lost_connection_backoff(attempt)).await;
-                            }
-                            other => break other.map(|_| ()),
-                        }
+                let call = tried(client, retried, |client: &mut FlightClient| {
+                    let stream = FlightDataEncoderBuilder::new()
+                        .with_schema(workload.schema())
+                        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+                        .with_flight_descriptor(Some(descriptor.clone()))
+                        .build(futures::stream::iter([Ok(batch.clone())]));
+                    async move {
+                        client.do_put(stream).await?.try_collect::<Vec<_>>().await?;
+                        Ok(())
                     }
-                };
+                    .boxed()
+                });
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|err| flight_error(&err)),
                     Err(_) => Err(deadline_error(timeout)),
@@ -302,6 +273,32 @@ impl Caller {
                     Err(_) => Err(deadline_error(timeout)),
                 }
             }
+        }
+    }
+}
+
+/// Runs `call` until it answers, as the pool's client settings ask: gRPC's transparent
+/// retry, as grpc-core (pyarrow) does it — a call no server processed (the pod behind the
+/// Service is stopping: GOAWAY) once more, one that never left the client (its connection
+/// was closing) up to three tries (`retry_unprocessed`) — and a call whose connection was
+/// lost (the process behind it crashed or hangs) after a backoff, its failure recorded in
+/// `retried`. Server answers and deadlines are never tried again; the caller bounds the
+/// whole by its deadline.
+async fn tried<T>(
+    client: &mut FlightClient,
+    retried: &mut Vec<CallError>,
+    call: impl for<'a> Fn(&'a mut FlightClient) -> BoxFuture<'a, Result<T, FlightError>>,
+) -> Result<T, FlightError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match call(client).await {
+            Err(err) if retry_unprocessed(&err, attempt) => {}
+            Err(err) if retry_lost_connection(&err, attempt) => {
+                retried.push(flight_error(&err));
+                tokio::time::sleep(lost_connection_backoff(attempt)).await;
+            }
+            other => return other,
         }
     }
 }
