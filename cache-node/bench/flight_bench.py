@@ -637,8 +637,14 @@ def run_calls(calls_bin: str, args: list[str], timeout: float) -> dict:
     return json.loads(lines[-1])
 
 
-def measure_rust(calls_bin: str, ports: dict, systems: dict, tables: dict, settings: Settings, log) -> dict:
-    """tiny[clients][kind] and hits[kind]["idle" | "load"]: the Rust client's JSON lines."""
+def measure_rust(calls_bin: str, ports: dict, systems: dict, tables: dict, settings: Settings, log,
+                 control_port: int | None = None) -> dict:
+    """tiny[clients][kind] and hits[kind]["idle" | "load" | "load_niced" | "control"]: the Rust
+    client's JSON lines. `load_niced`: the putter threads at nice 19, standing in for putters on
+    other machines (on 2 shared cores their CPU otherwise delays the reader and the server);
+    `control` (node only, needs `control_port`, a second node process): the same niced putters
+    sending to that other process, so the machine carries the same put load and the node serving
+    the hits none of it."""
     kinds = [k for k in (NODE, PYARROW) if k in ports]
     out: dict = {"tiny": {}, "hits": {}}
     for clients in (1, 4):
@@ -663,18 +669,24 @@ def measure_rust(calls_bin: str, ports: dict, systems: dict, tables: dict, setti
     rows, cols = THROUGHPUT_SHAPE
     # Idle first on every system, then under puts: a storm's leftovers (memory, evictions)
     # never precede an idle measurement.
-    for phase, putters in (("idle", 0), ("load", settings.hits_putters)):
+    phases = (("idle", 0, []), ("load", settings.hits_putters, []),
+              ("load_niced", settings.hits_putters, ["--putter-nice", "19"]))
+    for phase, putters, extra in phases + (("control", settings.hits_putters, ["--putter-nice", "19"]),):
         for kind in kinds:
+            if phase == "control":
+                if kind != NODE or control_port is None:
+                    continue
+                extra = extra + ["--put-target", f"{HOST}:{control_port}"]
             res = run_calls(calls_bin, [
                 "hits", "--target", f"{HOST}:{ports[kind]}", "--ticket-hex", tickets[kind],
                 "--seconds", str(settings.hits_seconds), "--warmup-seconds", str(settings.worker_warmup_seconds),
                 "--putters", str(putters), "--put-rows", str(rows), "--put-cols", str(cols),
-                "--put-path-prefix", f"bench/rust-storm/{kind}",
+                "--put-path-prefix", f"bench/rust-storm/{kind}", *extra,
             ], timeout=settings.hits_seconds + 300)
             if res.get("rows") != HIT_SHAPE[0]:
                 raise RuntimeError(f"{kind}: the Rust client's hits returned {res.get('rows')} rows, not {HIT_SHAPE[0]}")
             out["hits"].setdefault(kind, {})[phase] = res
-            log(f"  hits   {shape_name(HIT_SHAPE)} {phase:4s} ({putters} putters) {kind}: p50 {res['p50_us']:.0f}µs "
+            log(f"  hits   {shape_name(HIT_SHAPE)} {phase:10s} ({putters} putters) {kind}: p50 {res['p50_us']:.0f}µs "
                 f"p99 {res['p99_us']:.0f}µs p99.9 {res['p999_us']:.0f}µs n={res['hits']} puts {res['puts']} "
                 f"(errors {res['put_errors']})")
     return out
@@ -916,15 +928,44 @@ def render_rust(L: list[str], summary: list, rust: dict, tables: dict) -> None:
             tv = ["reference", "—"]
         L.append("| " + " | ".join([LABELS[kind]] + cells + [f"{us(idle['max_us'])} / {us(load['max_us'])}", puts, f"{r:.2f}×"] + tv) + " |")
     L.append("")
-    errors = [(k, hits[k]["load"]["put_error_first"]) for k in kinds if hits[k]["load"].get("put_error_first")]
+    phases = [("idle", "idle"), ("load", f"{putters} putters, same priority as the reader"),
+              ("load_niced", f"{putters} putters at nice 19 (as if on other machines)"),
+              ("control", f"control: the same niced putters sending to another node process")]
+    if any(phase in hits[k] for k in kinds for phase, _ in phases[2:]):
+        L.append("Where a hit's time goes under puts: the same reader with the putters' CPU out of the way (nice 19), and with")
+        L.append("their puts sent to another node process on the same cores (the control: what the machine's load alone costs).")
+        L.append("")
+        head = ["hits of " + shape_name(HIT_SHAPE)] + [f"{LABELS[k]} p50 / p95 / p99 / p99.9" for k in kinds] + \
+               [f"{LABELS[k]} p99 / idle p99" for k in kinds] + ["puts during"]
+        L.append("| " + " | ".join(head) + " |")
+        L.append("|" + "|".join(["---"] * len(head)) + "|")
+        for phase, title in phases:
+            cells, ratio_cells, puts = [], [], []
+            for k in kinds:
+                x = hits[k].get(phase)
+                if x is None:
+                    cells.append("—")
+                    ratio_cells.append("—")
+                    continue
+                cells.append(f"{us(x['p50_us'])} / {us(x['p95_us'])} / {us(x['p99_us'])} / {us(x['p999_us'])}")
+                idle_p99 = hits[k]["idle"]["p99_us"]
+                ratio_cells.append(f"{x['p99_us'] / idle_p99:.2f}×" if idle_p99 else "—")
+                puts.append(f"{LABELS[k]} {x['puts']:,} ({x['put_errors']:,} errors)")
+            L.append("| " + " | ".join([title] + cells + ratio_cells + ["; ".join(puts) or "—"]) + " |")
+        L.append("")
+    errors = [(k, hits[k][phase]["put_error_first"]) for k in kinds for phase in ("load", "load_niced", "control")
+              if hits[k].get(phase, {}).get("put_error_first")]
     for kind, text in errors:
         L.append(f"First put error from the putters against {LABELS[kind]}: `{text}`")
         L.append("")
     if NODE in kinds:
         idle, load = hits[NODE]["idle"], hits[NODE]["load"]
         ref = f"; pyarrow server {ratios[PYARROW]:.2f}×" if PYARROW in ratios else "; pyarrow server —"
+        niced = hits[NODE].get("load_niced")
+        niced_text = (f"; putters at nice 19: {us(niced['p99_us'])} µs ({niced['p99_us'] / idle['p99_us']:.2f}×)"
+                      if niced and idle["p99_us"] else "")
         summary.append((f"hit p99 under {putters} putters ≤ 1.5× idle p99 (node)",
-                        f"{us(load['p99_us'])} vs {us(idle['p99_us'])} µs ({ratios[NODE]:.2f}×){ref}",
+                        f"{us(load['p99_us'])} vs {us(idle['p99_us'])} µs ({ratios[NODE]:.2f}×){ref}{niced_text}",
                         verdict(ratios[NODE] <= 1.5)))
 
 
@@ -1043,7 +1084,13 @@ def main() -> int:
         rust = None
         if calls_bin:
             log("bench: Rust client")
-            rust = measure_rust(calls_bin, ports, systems, tables, settings, log)
+            control_port = None
+            if NODE in ports:  # a second node: where the control's puts go
+                control_port, control = start_node(procs, "node-control", args.node_bin, 2 << 30, 512 * MiB)
+                control.close()
+            rust = measure_rust(calls_bin, ports, systems, tables, settings, log, control_port)
+            if control_port is not None:
+                procs.stop("node-control")
         for system in systems.values():
             system.close()
         for kind in list(ports):

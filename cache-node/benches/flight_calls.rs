@@ -114,6 +114,16 @@ enum Command {
         /// Path prefix of the put keys: PREFIX/<putter>/<seq>.
         #[arg(long, default_value = "bench/rust-storm")]
         put_path_prefix: String,
+        /// Where the putters send their puts (default: the target). Another server
+        /// process here is the control: the same CPU load on the machine, none of it in
+        /// the process serving the hits.
+        #[arg(long, value_parser = parse_target)]
+        put_target: Option<SocketAddr>,
+        /// Nice value of the putter threads (0: the reader's priority). On a machine whose
+        /// cores the clients share with the server, 19 stands in for putters on other
+        /// machines: their CPU no longer delays the reader or the server.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=19))]
+        putter_nice: i32,
     },
 }
 
@@ -205,8 +215,12 @@ fn main() -> ExitCode {
             put_rows,
             put_cols,
             put_path_prefix,
+            put_target,
+            putter_nice,
         } => run_hits(&HitsPlan {
+            putter_nice,
             target,
+            put_target: put_target.unwrap_or(target),
             ticket: ticket_hex,
             seconds,
             warmup: warmup_seconds,
@@ -450,6 +464,8 @@ fn run_tiny(
 
 struct HitsPlan {
     target: SocketAddr,
+    put_target: SocketAddr,
+    putter_nice: i32,
     ticket: Bytes,
     seconds: Duration,
     warmup: Duration,
@@ -569,11 +585,21 @@ async fn put_once(
 /// One putter on its own thread and connection: builds and encodes its table once, then
 /// stores it under `PREFIX/<id>/<seq>` until told to stop.
 fn putter(plan: &HitsPlan, id: usize, state: &PutState) {
+    if plan.putter_nice > 0 {
+        let thread = Some(rustix::thread::gettid());
+        if let Err(err) = rustix::process::setpriority_process(thread, plan.putter_nice) {
+            state
+                .fatal
+                .lock()
+                .get_or_insert(format!("putter {id}: setpriority: {err}"));
+            return;
+        }
+    }
     let prepared = runtime().and_then(|runtime| {
         let seed = 100 + u64::try_from(id).unwrap_or(0);
         let (client, messages) = runtime.block_on(async {
             let messages = encode(make_batch(plan.put_rows, plan.put_cols, seed)?).await?;
-            Ok::<_, Failure>((connect(plan.target).await?, messages))
+            Ok::<_, Failure>((connect(plan.put_target).await?, messages))
         })?;
         Ok((runtime, client, messages))
     });
@@ -730,6 +756,8 @@ fn run_hits(plan: &HitsPlan) -> Result<String, Failure> {
     Ok(serde_json::json!({
         "mode": "hits",
         "putters": plan.putters,
+        "puts_elsewhere": plan.put_target != plan.target,
+        "putter_nice": plan.putter_nice,
         "hits": samples.len(),
         "rows": outcome.rows,
         "seconds": round(outcome.elapsed.as_secs_f64(), 3),

@@ -181,6 +181,10 @@ pub enum Error {
     /// Encoding an answer failed (a bug or corrupt state).
     #[error("failed to encode the answer")]
     Encode(#[source] arrow_flight::error::FlightError),
+    /// A put's work on the put runtime ended without an answer (it panicked); nothing
+    /// was stored.
+    #[error("{0}; nothing was stored")]
+    PutLost(#[from] crate::put_runtime::Lost),
 }
 
 impl Error {
@@ -210,9 +214,10 @@ impl Error {
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::PermissionDenied(_) => Code::PermissionDenied,
             Self::UnknownAction(_) | Self::Unimplemented(_) => Code::Unimplemented,
-            Self::Encode(_) | Self::BadPeerAnswer { .. } | Self::HeldCountMismatch { .. } => {
-                Code::Internal
-            }
+            Self::Encode(_)
+            | Self::PutLost(_)
+            | Self::BadPeerAnswer { .. }
+            | Self::HeldCountMismatch { .. } => Code::Internal,
         }
     }
 }

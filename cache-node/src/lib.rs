@@ -13,6 +13,8 @@
 //!   DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
+//! - [`put_runtime`]: the lower-priority runtime a put's CPU work runs on, so hits never
+//!   queue behind it.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 //!
 //! Layering (checked by `scripts/check-layers`, drawn in `docs/architecture.md`): the
@@ -33,6 +35,7 @@ pub mod key;
 pub mod live;
 pub mod metrics;
 pub mod persist;
+pub mod put_runtime;
 pub mod readiness;
 pub mod routing;
 pub mod server;
