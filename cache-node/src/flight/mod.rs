@@ -108,16 +108,7 @@ impl FlightCacheService {
         cover: Option<Arc<IntakeCover>>,
     ) -> Result<FlightStream<PutResult>, Error> {
         let lifetime = forward::carried_lifetime(metadata, copy);
-        // Decoding, copying and sealing run on the put runtime, so this node's hits
-        // never queue behind them (put_runtime.rs).
-        let store = Arc::clone(&self.store);
-        let ingest_key = key.clone();
-        let ingested = crate::put_runtime::run(async move {
-            put::ingest(&store, ingest_key, first, input, lifetime, cover).await
-        })
-        .await
-        .map_err(Error::from)
-        .and_then(|ingested| ingested);
+        let ingested = put::ingest(&self.store, key.clone(), first, input, lifetime, cover).await;
         self.cluster.put_finished(&key);
         let summary = ingested?;
         self.cluster
