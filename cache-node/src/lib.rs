@@ -13,8 +13,8 @@
 //!   DoPut ingestion, admin actions.
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
-//! - [`put_runtime`]: the lower-priority runtime a put's CPU work runs on, so hits never
-//!   queue behind it.
+//! - [`put_runtime`]: the lower-priority runtime large put messages are sealed on, so
+//!   hits never queue behind them.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 //!
 //! Layering (checked by `scripts/check-layers`, drawn in `docs/architecture.md`): the

@@ -1,17 +1,17 @@
 //! Where the CPU work of a put runs: a tokio runtime of its own, whose threads run at a
 //! lower OS priority (nice [`PUT_THREAD_NICE`]) than the runtime that serves hits.
 //!
-//! Ingesting a large put is mostly copying and checking: gRPC copies each HTTP/2 frame
-//! into its message buffer, the seal copies the body into an exactly sized allocation
-//! and validates it, and the pages of both fault in. On the serving runtime that work
-//! held its workers for milliseconds at a time, and a hit arriving meanwhile queued
-//! behind it: with four clients putting 3.6 MB tables, a 12 kB hit's p50 went from 96 µs
-//! to 1.2–1.3 ms, while the same puts sent to *another* process on the same 2 cores left
-//! it at 69–71 µs (docs/benchmarks.md, "Hits never wait on puts"). Here the serving
-//! runtime only moves bytes through HTTP/2; the put's decoding, copying and sealing wait
-//! for a put thread, and when the cores are busy the kernel runs a waiting hit first.
-//! A put still gets every cycle a hit does not need, so an idle node ingests at full
-//! speed.
+//! Sealing a large put message is copying and checking: the seal copies the body into an
+//! exactly sized allocation and validates it, and the pages fault in. On the serving
+//! runtime that work held its workers for milliseconds at a time, and a hit arriving
+//! meanwhile queued behind it: with four clients putting 3.6 MB tables, a 12 kB hit's p50
+//! went from 96 µs to 1.2–1.3 ms, while the same puts sent to *another* process on the
+//! same 2 cores left it at 69–71 µs (docs/benchmarks.md, "Hits never wait on puts"). The
+//! DoPut ingestion hands each large message's sealing to a put thread
+//! (`flight::put::OFFLOADED_MESSAGE_BYTES`), and when the cores are busy the kernel runs a
+//! waiting hit first. A put still gets every cycle a hit does not need, so an idle node
+//! ingests at full speed. Small messages are sealed where they arrive: a hand-over costs
+//! two thread wake-ups, more than sealing them (ADR 0010).
 //!
 //! One runtime per process, built on first use, never dropped (a runtime must not be
 //! dropped from async code). If it cannot be built, the work runs where it is awaited,
