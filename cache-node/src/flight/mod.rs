@@ -494,12 +494,12 @@ impl FlightService for FlightCacheService {
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
         let timer = self.metrics.rpc("DoPut");
-        let (metadata, extensions, mut input) = request.into_parts();
+        let (metadata, extensions, input) = request.into_parts();
         // Whether the wire layer reserved every message's bytes as they arrived.
         let cover = extensions.get::<Arc<IntakeCover>>().cloned();
         let result = async {
+            let mut input = put::restored(input, cover.clone());
             let (first, key) = put::read_first(&mut input).await?;
-            let input: forward::UploadRest = input.boxed();
             // A copy (replica write, handover) is stored here, never forwarded again.
             let copy = forward::write_kind(&metadata);
             let stopping = self.cluster.is_stopping();

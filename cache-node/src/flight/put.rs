@@ -95,14 +95,42 @@ fn client_stream_failed(status: Status, describe: impl FnOnce(&str) -> String) -
     }
 }
 
+/// The messages of a DoPut request as the client sent them: each message whose body the
+/// wire layer received apart (`store::IntakeCover`) gets it back, in its own exactly
+/// sized allocation, before anything else (routing, forwarding, the store) sees it.
+pub fn restored(
+    input: Streaming<FlightData>,
+    cover: Option<Arc<IntakeCover>>,
+) -> crate::cluster::forward::UploadRest {
+    let Some(cover) = cover else {
+        return input.boxed();
+    };
+    input
+        .enumerate()
+        .map(move |(sequence, message)| {
+            let mut message = message?;
+            if let Some(body) = cover.take_body(sequence as u64) {
+                // The wire layer took the first `data_body` field out; should the
+                // message repeat the field, protobuf keeps the last one.
+                if message.data_body.is_empty() {
+                    message.data_body = body;
+                }
+            }
+            Ok(message)
+        })
+        .boxed()
+}
+
 /// Reads the first message of a DoPut stream and the key its descriptor names (the
 /// key decides which node stores the entry).
 ///
 /// # Errors
 /// INVALID_ARGUMENT for an empty stream or a missing or bad descriptor.
-pub async fn read_first(input: &mut Streaming<FlightData>) -> Result<(FlightData, CacheKey)> {
+pub async fn read_first(
+    input: &mut crate::cluster::forward::UploadRest,
+) -> Result<(FlightData, CacheKey)> {
     let first = input
-        .message()
+        .try_next()
         .await
         .map_err(|status| client_stream_failed(status, |message| message.to_owned()))?
         .ok_or_else(|| {
@@ -283,7 +311,13 @@ impl Assembly {
         // The message sits in its receive buffer until it has been read and sealed:
         // reserved here unless the wire layer's reservation of it still holds.
         let covered = self.cover.as_ref().is_some_and(|cover| cover.all_covered());
-        let received = if covered {
+        // A body the wire layer received apart carries its reservation: it becomes the
+        // batch's charge below, when the body is kept as it is.
+        let intake = self
+            .cover
+            .as_ref()
+            .and_then(|cover| cover.claim(&message.data_body));
+        let received = if covered || intake.is_some() {
             0
         } else {
             (message.data_header.len() + message.data_body.len()) as u64
@@ -291,7 +325,7 @@ impl Assembly {
         self.pending
             .reserve_transient(received)
             .map_err(store_error(key))?;
-        let outcome = match self.intake.receive(&message) {
+        let outcome = match self.intake.receive(message) {
             Ok(outcome) => outcome,
             Err(IntakeError::HydratesTooLarge { size }) => {
                 self.hydration_refused = true;
@@ -307,7 +341,6 @@ impl Assembly {
                 )));
             }
         };
-        drop(message);
         match outcome {
             Received::Dictionary => {}
             Received::Schema(next) => match self.intake.schema() {
@@ -331,7 +364,11 @@ impl Assembly {
                     .iter()
                     .map(|part| batch_weight(&part.batch) + part.message.head_bytes())
                     .fold(0, u64::saturating_add);
-                self.pending.reserve(weight).map_err(store_error(key))?;
+                match intake {
+                    Some(intake) => self.pending.reserve_replacing(weight, intake),
+                    None => self.pending.reserve(weight),
+                }
+                .map_err(store_error(key))?;
                 self.rows += sealed
                     .iter()
                     .map(|part| part.batch.num_rows() as u64)

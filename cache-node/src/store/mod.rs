@@ -87,6 +87,16 @@ impl IntakeReservation {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Gives back what is held above `bytes` (a reservation never grows).
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let released = self.bytes.saturating_sub(bytes);
+        if released > 0 {
+            self.bytes -= released;
+            self.shared
+                .with_inner(|inner| inner.release_intake(released));
+        }
+    }
 }
 
 impl std::fmt::Debug for IntakeReservation {
@@ -108,13 +118,79 @@ impl Drop for IntakeReservation {
 /// ([`Store::reserve_intake`], by the wire layer). While that holds, the put need not
 /// reserve a message's received bytes a second time while it decodes them: the intake
 /// reservation still covers them (it is released only when the next message is read).
-/// One flag per request, shared by the wire layer (which sets it) and the put.
+/// One per request, shared by the wire layer (which sets it) and the put.
+///
+/// It also carries the bodies of large messages that the wire layer received straight
+/// into their own exactly sized allocation (`wire::intake`), each with its intake
+/// reservation: the put reads the message, takes its body back
+/// ([`take_body`](Self::take_body)) and, once the body is sealed as it is, turns that
+/// reservation into the entry's charge ([`claim`](Self::claim),
+/// [`PendingPut::reserve_replacing`]) so the bytes are counted once. At most the messages
+/// the gRPC decoder has read ahead of the put wait here (it reads a message only when
+/// the put asks for the next one), and the bytes of every one are reserved.
 #[derive(Debug, Default)]
 pub struct IntakeCover {
     uncovered: std::sync::atomic::AtomicBool,
+    /// Bodies received but not yet read by the put, in message order.
+    diverted: Mutex<std::collections::VecDeque<DivertedBody>>,
+    /// The reservation of the body of the message the put reads now, until the put
+    /// claims it or reads the next message; with the body's address and length.
+    reading: Mutex<Option<(usize, usize, IntakeReservation)>>,
+}
+
+/// A message body the wire layer received into its own allocation.
+#[derive(Debug)]
+struct DivertedBody {
+    /// The message's place in the request stream (0 for the first).
+    sequence: u64,
+    body: Bytes,
+    reservation: Option<IntakeReservation>,
 }
 
 impl IntakeCover {
+    /// Keeps the body of message `sequence` (received into its own allocation, with the
+    /// intake reservation that covers it) until the put reads the message.
+    pub fn divert(&self, sequence: u64, body: Bytes, reservation: Option<IntakeReservation>) {
+        self.diverted.lock().push_back(DivertedBody {
+            sequence,
+            body,
+            reservation,
+        });
+    }
+
+    /// The body of message `sequence`, if the wire layer received it apart; called once
+    /// per message as the put reads it, in order. The reservation of the message read
+    /// before is given back unless the put claimed it.
+    pub fn take_body(&self, sequence: u64) -> Option<Bytes> {
+        let mut reading = self.reading.lock();
+        *reading = None;
+        let mut diverted = self.diverted.lock();
+        // Bodies of messages the reader never saw (none, in order) are dropped.
+        while diverted.front().is_some_and(|d| d.sequence < sequence) {
+            diverted.pop_front();
+        }
+        if diverted.front().is_none_or(|d| d.sequence != sequence) {
+            return None;
+        }
+        let taken = diverted.pop_front()?;
+        if let Some(reservation) = taken.reservation {
+            *reading = Some((taken.body.as_ptr() as usize, taken.body.len(), reservation));
+        }
+        Some(taken.body)
+    }
+
+    /// The intake reservation of `body` if it is the diverted body of the message read
+    /// last (the caller then owns it).
+    pub fn claim(&self, body: &[u8]) -> Option<IntakeReservation> {
+        let mut reading = self.reading.lock();
+        match &*reading {
+            Some((address, len, _)) if *address == body.as_ptr() as usize && *len == body.len() => {
+                reading.take().map(|(_, _, reservation)| reservation)
+            }
+            _ => None,
+        }
+    }
+
     /// A message of the request passed without a reservation (no room beside others).
     pub fn note_uncovered(&self) {
         self.uncovered

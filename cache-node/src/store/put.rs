@@ -77,6 +77,27 @@ impl PendingPut {
             .with_inner(|inner| inner.reserve(self.put_id, additional_bytes, true, now))
     }
 
+    /// Like [`reserve`](Self::reserve), paying first with `intake`: the reservation of
+    /// the received bytes that now are (part of) what the put keeps. One step under the
+    /// lock, so the same bytes are never counted twice and nothing is evicted for them
+    /// twice.
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve`](Self::reserve); `intake` is given back either way.
+    pub fn reserve_replacing(
+        &mut self,
+        additional_bytes: u64,
+        mut intake: super::IntakeReservation,
+    ) -> Result<()> {
+        let now = self.shared.clock.now();
+        let held = std::mem::take(&mut intake.bytes);
+        self.shared.with_inner(|inner| {
+            inner.release_intake(held);
+            inner.reserve(self.put_id, additional_bytes, true, now)
+        })
+    }
+
     /// Like [`reserve`](Self::reserve) for bytes held only while a message is being
     /// decoded (its receive buffer): they count against the budget, not against the
     /// max entry size. [`release`](Self::release) them when they are freed.

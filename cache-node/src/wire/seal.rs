@@ -220,33 +220,33 @@ impl SealedSchema {
 
     /// Keeps a received batch message as it came, when it can be served as it is: an
     /// uncompressed record batch of a schema without dictionaries, within the message
-    /// size cap. Its body is copied once into an exactly sized allocation and the batch
-    /// decoded (and validated) from that copy, so nothing points into the receive buffer
-    /// and no encoding is needed. `None`: the message needs [`seal`](Self::seal).
+    /// size cap. The batch is decoded (and validated) from a body in an exactly sized
+    /// allocation: the received one when it is that already (the wire layer received a
+    /// large body apart, `wire::intake`), else a copy, so nothing points into a receive
+    /// buffer and no encoding is needed. `Err(message)`: the message needs
+    /// [`seal`](Self::seal).
     ///
     /// # Errors
     /// The Arrow error if the message does not decode against the schema.
-    pub fn adopt(&self, message: &FlightData) -> Result<Option<SealedBatch>, ArrowError> {
+    pub fn adopt(
+        &self,
+        message: FlightData,
+    ) -> Result<std::result::Result<SealedBatch, FlightData>, ArrowError> {
         if self.schema.fields() != self.input.fields()
             || message.data_header.len() + message.data_body.len() > MAX_MESSAGE_BODY_BYTES
         {
-            return Ok(None);
+            return Ok(Err(message));
         }
         let Ok(ipc) = root_as_message(&message.data_header) else {
-            return Ok(None);
+            return Ok(Err(message));
         };
-        let Some(header) = ipc.header_as_record_batch() else {
-            return Ok(None);
-        };
-        if header.compression().is_some() {
-            return Ok(None);
+        let plain = ipc
+            .header_as_record_batch()
+            .is_some_and(|header| header.compression().is_none());
+        if !plain {
+            return Ok(Err(message));
         }
-        let copy = FlightData {
-            data_header: message.data_header.clone(),
-            data_body: Bytes::copy_from_slice(&message.data_body),
-            ..FlightData::default()
-        };
-        self.decode(copy).map(Some)
+        self.decode(message).map(Ok)
     }
 
     fn decode(&self, mut message: FlightData) -> Result<SealedBatch, ArrowError> {
@@ -403,7 +403,7 @@ impl Intake {
     /// The Arrow error for an unreadable message, a batch or dictionary before the
     /// schema, or a batch that does not decode against the schema;
     /// [`IntakeError::HydratesTooLarge`] before hydrating dictionaries past the limit.
-    pub fn receive(&mut self, message: &FlightData) -> Result<Received, IntakeError> {
+    pub fn receive(&mut self, message: FlightData) -> Result<Received, IntakeError> {
         let ipc = root_as_message(&message.data_header)
             .map_err(|err| ArrowError::IpcError(format!("unreadable IPC message header: {err}")))?;
         let before_schema =
@@ -442,9 +442,13 @@ impl Intake {
                     .schema
                     .as_ref()
                     .ok_or_else(|| before_schema("record batch"))?;
-                if let Some(adopted) = schema.adopt(message)? {
-                    return Ok(Received::Batches(vec![adopted]));
-                }
+                let message = match schema.adopt(message)? {
+                    Ok(adopted) => return Ok(Received::Batches(vec![adopted])),
+                    Err(message) => message,
+                };
+                let ipc = root_as_message(&message.data_header).map_err(|err| {
+                    ArrowError::IpcError(format!("unreadable IPC message header: {err}"))
+                })?;
                 let header = ipc
                     .header_as_record_batch()
                     .ok_or_else(|| ArrowError::IpcError("unreadable record batch header".into()))?;
@@ -574,9 +578,15 @@ fn drain(encoder: arrow_flight::encode::FlightDataEncoder) -> Result<Vec<FlightD
 /// The same bytes in an allocation of exactly their length (the encoder's buffer may
 /// have grown past it), so what the entry is charged is what it holds.
 fn exact(bytes: Bytes) -> Bytes {
-    let mut owned = Vec::from(bytes);
-    owned.shrink_to_fit();
-    Bytes::from(owned)
+    match bytes.try_into_mut() {
+        // Uniquely owned up to the end of its allocation: kept as it is. (Every
+        // producer here hands out such bytes from the allocation's start: a body the
+        // wire layer received apart, an encoder's output.)
+        Ok(unique) if unique.capacity() == unique.len() => unique.freeze(),
+        Ok(unique) => Bytes::copy_from_slice(&unique),
+        // A slice of a shared buffer (a gRPC receive buffer): copied out.
+        Err(shared) => Bytes::copy_from_slice(&shared),
+    }
 }
 
 /// Encoded length of a length-delimited protobuf field.
@@ -720,7 +730,8 @@ mod tests {
         let batch = table(1_000);
         let sealed_schema = SealedSchema::new(batch.schema()).unwrap();
         let received = &client_messages(&batch)[1];
-        let adopted = sealed_schema.adopt(received).unwrap().unwrap();
+        // The receiver still holds the body (as a gRPC receive buffer would): copied.
+        let adopted = sealed_schema.adopt(received.clone()).unwrap().unwrap();
         assert_eq!(adopted.batch, batch);
         assert_eq!(adopted.message.body(), &received.data_body);
         assert_ne!(adopted.message.body().as_ptr(), received.data_body.as_ptr());
@@ -735,6 +746,36 @@ mod tests {
     }
 
     #[test]
+    fn a_body_received_apart_in_its_own_exact_allocation_is_kept_without_a_copy() {
+        let batch = table(1_000);
+        let sealed_schema = SealedSchema::new(batch.schema()).unwrap();
+        let mut received = client_messages(&batch).swap_remove(1);
+        // As `wire::intake` hands it over: uniquely owned, exactly sized.
+        received.data_body = Bytes::from(received.data_body.to_vec().into_boxed_slice());
+        let address = received.data_body.as_ptr();
+        let adopted = sealed_schema.adopt(received).unwrap().unwrap();
+        assert_eq!(adopted.batch, batch);
+        assert_eq!(
+            adopted.message.body().as_ptr(),
+            address,
+            "the same allocation"
+        );
+        assert_eq!(
+            batch_weight(&adopted.batch),
+            crate::store::BATCH_OVERHEAD_BYTES + adopted.message.body().len() as u64
+        );
+        // A uniquely owned body with spare capacity is copied into an exact one.
+        let mut roomy = Vec::with_capacity(2 * adopted.message.body().len());
+        roomy.extend_from_slice(adopted.message.body());
+        let roomy = Bytes::from(roomy);
+        let (address, len) = (roomy.as_ptr(), roomy.len());
+        let kept = exact(roomy);
+        assert_ne!(kept.as_ptr(), address);
+        assert_eq!(kept.len(), len);
+        assert_eq!(kept.try_into_mut().unwrap().capacity(), len);
+    }
+
+    #[test]
     fn messages_that_cannot_be_served_as_they_are_are_not_adopted() {
         let dictionary: DictionaryArray<Int32Type> = vec!["a", "b"].into_iter().collect();
         let with_dictionary =
@@ -742,11 +783,11 @@ mod tests {
         let sealed_schema = SealedSchema::new(with_dictionary.schema()).unwrap();
         let messages = client_messages(&with_dictionary);
         let last = messages.last().unwrap();
-        assert!(sealed_schema.adopt(last).unwrap().is_none());
+        assert!(sealed_schema.adopt(last.clone()).unwrap().is_err());
         // The schema message is not a batch.
         let plain = SealedSchema::new(table(1).schema()).unwrap();
         let schema_message = &client_messages(&table(1))[0];
-        assert!(plain.adopt(schema_message).unwrap().is_none());
+        assert!(plain.adopt(schema_message.clone()).unwrap().is_err());
     }
 
     #[test]
@@ -827,11 +868,11 @@ mod tests {
             messages[1].data_header =
                 mutate(header, &Mutation::SetByte(11_398_600_218_501_468_648, 25));
             let mut intake = Intake::new(1 << 20);
-            let Ok(Received::Schema(schema)) = intake.receive(&messages[0]) else {
+            let Ok(Received::Schema(schema)) = intake.receive(messages[0].clone()) else {
                 panic!("the schema message is valid");
             };
             intake.set_schema(SealedSchema::new(Arc::new(schema)).unwrap());
-            let refused = intake.receive(&messages[1]).unwrap_err().to_string();
+            let refused = intake.receive(messages[1].clone()).unwrap_err().to_string();
             assert!(
                 refused.contains("dictionary batch does not decode"),
                 "{refused}"
@@ -862,7 +903,7 @@ mod tests {
                 }
                 let mut intake = Intake::new(1 << 20);
                 for message in &messages {
-                    match intake.receive(message) {
+                    match intake.receive(message.clone()) {
                         Ok(Received::Schema(schema)) if intake.schema().is_none() => {
                             // As the put does: a schema that cannot be sealed ends it.
                             let Ok(sealed) = SealedSchema::new(Arc::new(schema)) else {
