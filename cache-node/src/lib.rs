@@ -14,7 +14,7 @@
 //! - [`routing`]: the consistent-hash ring and the topology a node routes by.
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`put_runtime`]: the lower-priority runtime large put messages are sealed on, so
-//!   hits never queue behind them.
+//!   hits never queue behind their sealing.
 //! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
 //!
 //! Layering (checked by `scripts/check-layers`, drawn in `docs/architecture.md`): the

@@ -16,10 +16,13 @@
 //! with RESOURCE_EXHAUSTED as soon as they pass the max entry size, before the entry is
 //! buffered whole. Each received message is reserved in the store's budget while it is
 //! decoded (by the wire layer as it arrived, `store::IntakeCover`, or else here); its
-//! batch is then sealed (encoded once into its stored IPC form, an exactly
-//! sized allocation, so a slice never pins its parent and no gRPC receive buffer stays
-//! alive; see `wire::seal`), the sealed weight is reserved and the receive buffer's
-//! bytes are released before the next message is read. Commit installs the entry
+//! batch is then sealed (kept as received or encoded once into its stored IPC form, an
+//! exactly sized allocation, so a slice never pins its parent and no gRPC receive buffer
+//! stays alive; see `wire::seal`), the sealed weight is reserved and the receive buffer's
+//! bytes are released before the next message is read. A large message's body arrives
+//! already in its own exact allocation (the wire layer received it apart, [`restored`]
+//! puts it back): it is kept without a copy and its intake reservation becomes the
+//! batch's charge. Commit installs the entry
 //! atomically; any error drops the reservation and stores nothing.
 //!
 //! Owns: decoding a DoPut stream into one store entry (the `app_metadata` options, the

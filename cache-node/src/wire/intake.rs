@@ -1,8 +1,11 @@
-//! Budget for DoPut bytes still arriving.
+//! Budget for DoPut bytes still arriving, and large bodies received where they will be
+//! kept.
 //!
 //! The gRPC layer buffers a whole message before the put sees it, so a put can only
 //! reserve a message's bytes after they already take memory; under a storm of large
-//! puts the node would briefly hold more than its budget. This body wrapper reads the
+//! puts the node would briefly hold more than its budget. And the put would copy each
+//! body once more, out of gRPC's buffer into the exactly sized allocation an entry
+//! keeps. This body wrapper reads the
 //! gRPC framing of a DoPut request as its HTTP/2 data arrives: when a message's 5-byte
 //! prefix announces its length, that many bytes (plus the frame in transit, see
 //! [`in_transit`]) are reserved in the store's budget (evicting to make room) before
@@ -14,6 +17,17 @@
 //! prefix announces more than the max entry size ends the request body with
 //! RESOURCE_EXHAUSTED right there: its bytes are never buffered (the gRPC decoder would
 //! otherwise take up to its decode limit, 64 MiB, per message before the put refused it).
+//!
+//! An uncompressed message of [`DIVERTED_MESSAGE_BYTES`] or more is received apart: the
+//! protobuf fields before its `data_body` are read (at most 64 KiB of them), the body's
+//! bytes are copied from the HTTP/2 frames straight into an allocation of exactly its
+//! length, and the decoder gets the message without that field. The body waits in the
+//! request's [`IntakeCover`] with the message's reservation (shrunk to what stays) until
+//! the put reads the message and takes it back (`flight::put::restored`); sealing keeps
+//! that allocation as the entry's body, and the reservation becomes the entry's charge.
+//! A message of another shape (its body after 64 KiB of other fields, a malformed field)
+//! passes to the decoder whole, which judges it; a message cut short by the end of the
+//! request reaches the decoder cut short, so the put fails and stores nothing.
 //! No I/O. Must not import the Flight service (`flight/`).
 
 use std::pin::Pin;
@@ -588,8 +602,15 @@ impl HttpBody for IntakeBody {
     }
 
     fn is_end_stream(&self) -> bool {
+        // Bytes held back (a partial prefix, a diverted message) must still reach the
+        // decoder when the request ends.
+        let holds_back = matches!(
+            self.framing,
+            Framing::Prefix { have: 1.., .. } | Framing::Diverting(_)
+        );
         self.out.is_empty()
-            && (self.refused == Some(Refusal::Answered) || self.inner.is_end_stream())
+            && (self.refused == Some(Refusal::Answered)
+                || (self.inner.is_end_stream() && !holds_back))
     }
 
     fn size_hint(&self) -> SizeHint {
