@@ -139,6 +139,22 @@ def test_large_batches_both_ways(client):
     assert got.equals(table)
 
 
+def test_a_batch_received_in_place_is_stored_and_read_back_whole(client):
+    # ~1 MiB in one message: the node receives its body straight into the entry's
+    # allocation (wire::intake, ADR 0011) and keeps it as sent, with pyarrow's
+    # app_metadata on the same message.
+    table = bi_table(30_000).combine_chunks()
+    descriptor = flight.FlightDescriptor.for_path("large", "in-place")
+    writer, reader = client.do_put(descriptor, table.schema)
+    writer.write_with_metadata(table.to_batches()[0], pa.py_buffer(b'{"ttl": "90s"}'))
+    writer.done_writing()
+    summary = json.loads(reader.read().to_pybytes())
+    writer.close()
+    assert summary["rows"] == 30_000 and summary["ttlMs"] == 90_000
+    got = client.do_get(flight.Ticket(b"FCT\x01Plarge/in-place")).read_all()
+    assert got.equals(table)
+
+
 def test_dictionary_columns_are_served_as_their_values(client):
     # pandas categoricals arrive as dictionary columns; the node stores and serves them
     # with the value type, as its DoGet has always sent them.
