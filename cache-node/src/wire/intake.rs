@@ -744,6 +744,14 @@ mod tests {
         assert_eq!(store.stats().reserved_bytes, 0);
     }
 
+    /// A DoPut body over a 64 MiB store, reporting to its own cover.
+    fn covered_body() -> (Arc<Store>, Arc<IntakeCover>, IntakeBody) {
+        let store = store(64 << 20);
+        let cover = Arc::new(IntakeCover::default());
+        let body = IntakeBody::new(Body::empty(), Arc::clone(&store)).covering(Arc::clone(&cover));
+        (store, cover, body)
+    }
+
     /// A `FlightData` as a client frames it: prefix, then the protobuf message.
     fn framed(data: &FlightData) -> Vec<u8> {
         use prost::Message;
@@ -814,10 +822,7 @@ mod tests {
                 .map(|(i, (header, body, metadata))| flight_data(*header, *body, *metadata, i as u8))
                 .collect();
             let stream: Vec<u8> = sent.iter().flat_map(framed).collect();
-            let store = store(64 << 20);
-            let cover = Arc::new(IntakeCover::default());
-            let mut body = IntakeBody::new(Body::empty(), Arc::clone(&store))
-                .covering(Arc::clone(&cover));
+            let (_store, cover, mut body) = covered_body();
             let mut at = 0;
             for cut in cuts.iter().cycle() {
                 if at == stream.len() {
@@ -837,10 +842,7 @@ mod tests {
 
     #[test]
     fn a_diverted_body_is_its_own_exact_allocation_and_keeps_its_reservation() {
-        let store = store(64 << 20);
-        let cover = Arc::new(IntakeCover::default());
-        let mut body =
-            IntakeBody::new(Body::empty(), Arc::clone(&store)).covering(Arc::clone(&cover));
+        let (store, cover, mut body) = covered_body();
         let sent = flight_data(200, 1 << 20, 0, 9);
         let stream = framed(&sent);
         for piece in stream.chunks(16 << 10) {
@@ -875,10 +877,7 @@ mod tests {
 
     #[test]
     fn an_unclaimed_body_reservation_goes_back_when_the_next_message_is_read() {
-        let store = store(64 << 20);
-        let cover = Arc::new(IntakeCover::default());
-        let mut body =
-            IntakeBody::new(Body::empty(), Arc::clone(&store)).covering(Arc::clone(&cover));
+        let (store, cover, mut body) = covered_body();
         observe(&mut body, &framed(&flight_data(10, 300_000, 0, 1)));
         assert!(store.stats().reserved_bytes > 300_000);
         assert!(cover.take_body(0).is_some());
@@ -896,10 +895,7 @@ mod tests {
 
     #[test]
     fn a_body_field_after_more_than_64_kib_of_other_fields_passes_whole() {
-        let store = store(64 << 20);
-        let cover = Arc::new(IntakeCover::default());
-        let mut body =
-            IntakeBody::new(Body::empty(), Arc::clone(&store)).covering(Arc::clone(&cover));
+        let (_store, cover, mut body) = covered_body();
         let sent = flight_data(100, 300_000, 70_000, 3);
         observe(&mut body, &framed(&sent));
         let chunks: Vec<Bytes> = body.out.drain(..).collect();
