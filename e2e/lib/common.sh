@@ -26,6 +26,29 @@ RESOLVE_IMAGE=flightcache.local/resolve:e2e
 CONTAINERD_SOCK=$STATE/containerd/containerd.sock
 KUBECONFIG_FILE=$STATE/kubeconfig
 
+# More Kubernetes nodes (`e2e/cluster up --nodes N`): node 1 is this host (pods on $BRIDGE,
+# $POD_CIDR); node K >= 2 is a network namespace `fc-node-K` with its own containerd,
+# kubelet and kube-proxy, its own bridge and pod subnet 10.244.(K-1).0/24, reached from the
+# host through $NODE_BRIDGE (10.243.0.K) and a route per pod subnet. Every node has a zone
+# label: node K is in zone-<K-th letter>.
+NODE_BRIDGE=fcnodes0
+NODE_NET_GW=10.243.0.1        # the host on the node network: kubelets reach the apiserver here
+CLUSTER_CIDR=10.244.0.0/16    # every node's pod subnet
+MAX_NODES=8
+ZONE_LABEL=topology.kubernetes.io/zone
+# node_count: how many nodes the running cluster has (`up --nodes N`; 1 without a cluster).
+node_count() { cat "$STATE/nodes" 2>/dev/null || echo 1; }
+node_zone() { local letters=abcdefgh; echo "zone-${letters:$1-1:1}"; }
+netns_node_name() { echo "fc-node-$1"; }   # node K >= 2: node name = its network namespace
+netns_node_ip() { echo "10.243.0.$1"; }
+netns_node_sock() { echo "$STATE/n$1/containerd.sock"; }
+# node_socks: the containerd socket of every node (images are imported into each).
+node_socks() {
+  local k
+  echo "$CONTAINERD_SOCK"
+  for ((k = 2; k <= $(node_count); k++)); do netns_node_sock "$k"; done
+}
+
 # Debian packages the cluster needs (installed by `cluster up`, never removed).
 APT_PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack openssl curl jq iproute2 util-linux)
 
@@ -50,6 +73,7 @@ wait_condition() {
   done
 }
 ctrd() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+ctrd_at() { local sock=$1; shift; ctr --address "$sock" --namespace k8s.io "$@"; } # ctrd_at SOCK ARGS...
 
 # ---- Test-suite helpers, shared by every e2e test script.
 # A suite sets SUITE (the name on its last line, `SUITE: N passed, N failed`) and may define
