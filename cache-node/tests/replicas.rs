@@ -304,3 +304,50 @@ async fn an_owner_back_empty_is_sent_a_copy_of_each_key_it_reads_from_the_other_
     );
     cluster.shutdown().await;
 }
+
+/// With zones in the ring (3 members in `zone-a`, 1 in `zone-b`), the second copy of a
+/// key owned in `zone-a` is on the one member of `zone-b`, not on the best-ranked member
+/// of its own zone; the owner is the one it would be without zones.
+#[tokio::test]
+async fn with_zones_a_keys_second_copy_is_written_in_another_zone() {
+    let cluster = Cluster::start_with_replicas(4, 2).await;
+    let mut topology = cluster.topology_with(2, &["active"; 4]);
+    let zones = ["zone-a", "zone-a", "zone-a", "zone-b"];
+    for (member, zone) in topology["members"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .zip(zones)
+    {
+        member["zone"] = serde_json::json!(zone);
+    }
+    cluster.publish_document(topology).await;
+    // Owners do not depend on zones: the zoneless ring names them.
+    let ring = cluster.ring(&[]);
+    let mut via1 = cluster.client(1).await;
+    for owner in 0..3 {
+        for (i, key) in keys_owned_by(&ring, &format!("n-{owner}"), "zoned", 4)
+            .iter()
+            .enumerate()
+        {
+            put(&mut via1, path(key), vec![sample_batch(50, i as i64)], None)
+                .await
+                .unwrap();
+            for node in 0..4 {
+                let expected = node == owner || node == 3;
+                assert_eq!(
+                    holds(cluster.node(node), key),
+                    expected,
+                    "{key} (owner n-{owner}) on n-{node}"
+                );
+            }
+        }
+    }
+    // The topology answer carries each member's zone, for ring-aware clients.
+    let answer = action(&mut cluster.admin(cluster.node(2)).await, "topology", b"")
+        .await
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["members"][3]["zone"], "zone-b");
+    cluster.shutdown().await;
+}

@@ -278,6 +278,11 @@ pub struct StatsAnswer {
     /// restarted after this node last sent out the copies it owes.
     #[serde(default)]
     pub last_rebalance_ms_ago: Option<u64>,
+    /// The node reads the members' `zone` in a ring (false from nodes that predate
+    /// zones: they refuse a ring carrying them as an unknown field). The operator
+    /// publishes zones only while every node of the pool says so.
+    #[serde(default)]
+    pub reads_zones: bool,
 }
 
 /// The answer to `configure`.
@@ -570,8 +575,10 @@ mod tests {
                "locationMode":"proxy","maxEntries":10000,
                "maxEntryBytes":8388608,"memberId":"hot-1","memberState":"draining",
                "misses":2,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
-               "ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,"usedBytes":4096}"#,
+               "readsZones":true,"ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,
+               "usedBytes":4096}"#,
         );
+        assert!(stats.reads_zones);
         assert_eq!(stats.uptime_ms, Some(7_200_000));
         assert_eq!(stats.last_rebalance_ms_ago, Some(4_200));
         assert_eq!(stats.ttl, Duration::from_secs(5400));
@@ -588,8 +595,9 @@ mod tests {
                "evictions":{"expired":0,"explicit":0,"migrated":0,"replaced":0,"size":0},
                "generation":1,"hits":0,"inserts":0,"locationMode":"direct","maxEntries":100,
                "maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
-               "rejectedPuts":0,"replicas":1,"reservedBytes":0,"ringVersion":0,"ttl":"5m",
-               "ttlMode":"absolute","uptimeMs":15,"lastRebalanceMsAgo":null,"usedBytes":0}"#,
+               "readsZones":true,"rejectedPuts":0,"replicas":1,"reservedBytes":0,
+               "ringVersion":0,"ttl":"5m","ttlMode":"absolute","uptimeMs":15,
+               "lastRebalanceMsAgo":null,"usedBytes":0}"#,
         );
         assert_eq!(stats.member_id, None);
         assert_eq!(stats.last_rebalance_ms_ago, None, "no rebalance yet");
@@ -611,6 +619,8 @@ mod tests {
         // Nor do such nodes report their times: the operator then neither asks them to
         // rebalance for a restarted peer nor counts them as restarted.
         assert_eq!((stats.uptime_ms, stats.last_rebalance_ms_ago), (None, None));
+        // Nor do they read zones: the operator publishes none while such a node runs.
+        assert!(!stats.reads_zones);
     }
 
     #[test]
@@ -627,10 +637,12 @@ mod tests {
         let answer: TopologyAnswer = golden(
             AdminAction::Topology,
             r#"{"memberId":"p-0","version":7,"replicas":1,"members":[
-                {"id":"p-0","address":"p-0.p:50051","state":"active"},
+                {"id":"p-0","address":"p-0.p:50051","state":"active","zone":"zone-a"},
                 {"id":"p-1","address":"p-1.p:50051","state":"joining"}]}"#,
         );
         assert_eq!(answer.members[1].state, MemberState::Joining);
+        assert_eq!(answer.members[0].zone.as_deref(), Some("zone-a"));
+        assert_eq!(answer.members[1].zone, None);
         for state in [
             MemberState::Active,
             MemberState::Joining,

@@ -26,22 +26,32 @@
 //! `topology` object; [`NodeDocument`] reads both. The topology's `version` only moves
 //! forward on a node; member `id`s are stable identities (pod names), `address` is where
 //! peers and clients reach the member (`host:port`), `state` is `active` (default),
-//! `joining` or `draining`:
+//! `joining` or `draining`, and the optional `zone` is where the member runs (its
+//! Kubernetes Node's `topology.kubernetes.io/zone`; left out when unknown):
 //!
 //! ```json
 //! {
 //!   "generation": 3,
 //!   "topology": {
 //!     "version": 7,
+//!     "replicas": 2,
 //!     "members": [
-//!       {"id": "analytics-hot-0", "address": "analytics-hot-0.analytics-hot.ns.svc:50051"},
-//!       {"id": "analytics-hot-1", "address": "analytics-hot-1.analytics-hot.ns.svc:50051"},
+//!       {"id": "analytics-hot-0", "address": "analytics-hot-0.analytics-hot.ns.svc:50051",
+//!        "zone": "zone-a"},
+//!       {"id": "analytics-hot-1", "address": "analytics-hot-1.analytics-hot.ns.svc:50051",
+//!        "zone": "zone-b"},
 //!       {"id": "analytics-hot-2", "address": "analytics-hot-2.analytics-hot.ns.svc:50051",
 //!        "state": "draining"}
 //!     ]
 //!   }
 //! }
 //! ```
+//!
+//! Compatibility: every type here denies unknown fields, so a node refuses a document
+//! with a field it does not know. `zone` is newer than the rest of the topology: a ring
+//! without zones is written exactly as before (the field is left out when unknown), and
+//! the operator publishes zones only once every node of a pool says it reads them
+//! (`readsZones` in its `stats` answer), so nodes of an older image never see one.
 //!
 //! Pure: parsing and validation only, no I/O.
 
@@ -300,6 +310,33 @@ pub struct TopologyMember {
     /// `active` (default), `joining` or `draining`.
     #[serde(default)]
     pub state: MemberState,
+    /// The zone the member runs in (its Kubernetes Node's `topology.kubernetes.io/zone`
+    /// label), when known: a label value of 1 to 63 letters, digits, '-', '_' or '.'.
+    /// A key's copies go to members of different zones where the ring has them (see
+    /// the node's `routing/ring.rs`); members without a zone count as one zone of their
+    /// own. Left out when unknown, so a ring without zones reads as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// Longest zone name: a Kubernetes label value has at most 63 characters.
+pub const MAX_ZONE_LEN: usize = 63;
+
+/// Whether `zone` is a non-empty Kubernetes label value: at most [`MAX_ZONE_LEN`]
+/// letters, digits, '-', '_' or '.', starting and ending with a letter or digit.
+pub fn is_zone_name(zone: &str) -> bool {
+    let bytes = zone.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= MAX_ZONE_LEN
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
 }
 
 /// The routing ring of a pool: members and a version that only moves forward.
@@ -380,6 +417,19 @@ impl Topology {
                 return bad(format!(
                     "member '{}': address '{}' is not host:port (e.g. 10.244.0.7:50051)",
                     member.id, member.address
+                ));
+            }
+            if let Some(zone) = &member.zone
+                && !is_zone_name(zone)
+            {
+                return bad(format!(
+                    "member '{}': zone '{}' is not a label value (1 to {MAX_ZONE_LEN} letters, \
+                     digits, '-', '_' or '.', starting and ending with a letter or digit)",
+                    member.id,
+                    zone.chars()
+                        .take(MAX_ZONE_LEN + 1)
+                        .collect::<String>()
+                        .escape_debug()
                 ));
             }
         }
@@ -618,6 +668,39 @@ mod tests {
         let plain = NodeDocument::from_json(r#"{"ttl": "5m"}"#).unwrap();
         assert_eq!(plain.topology, None);
         assert!(NodeDocument::from_json(r#"{"tll": "5m"}"#).is_err());
+    }
+
+    #[test]
+    fn a_member_zone_is_optional_and_left_out_when_unknown() {
+        let text = r#"{"version": 3, "replicas": 2, "members": [
+            {"id": "p-0", "address": "p-0.p:50051", "zone": "zone-a"},
+            {"id": "p-1", "address": "p-1.p:50051"}]}"#;
+        let topology = Topology::from_json(text).unwrap();
+        assert_eq!(topology.members[0].zone.as_deref(), Some("zone-a"));
+        assert_eq!(topology.members[1].zone, None);
+        let written = serde_json::to_value(&topology).unwrap();
+        assert_eq!(written["members"][0]["zone"], "zone-a");
+        // A ring without zones is written as before zones existed: a node that predates
+        // them (deny_unknown_fields) still reads it.
+        assert!(written["members"][1].get("zone").is_none(), "{written}");
+        assert_eq!(Topology::from_json(&written.to_string()).unwrap(), topology);
+    }
+
+    #[test]
+    fn zones_are_label_values() {
+        for good in ["zone-a", "us-east-1a", "Z", "eu_west.3"] {
+            assert!(is_zone_name(good), "{good}");
+        }
+        let long = "z".repeat(MAX_ZONE_LEN + 1);
+        for bad in ["", "-a", "a-", "zone a", "zone/a", long.as_str()] {
+            assert!(!is_zone_name(bad), "{bad}");
+            let text = format!(
+                r#"{{"version": 1, "members": [{{"id": "a", "address": "h:1", "zone": {}}}]}}"#,
+                serde_json::to_string(bad).unwrap()
+            );
+            let err = Topology::from_json(&text).unwrap_err().to_string();
+            assert!(err.contains("is not a label value"), "{bad}: {err}");
+        }
     }
 
     #[test]

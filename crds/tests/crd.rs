@@ -221,6 +221,16 @@ fn every_rule_sits_on_its_field_with_its_message() {
             rules::DNS_SUBDOMAIN,
             rules::PRIORITY_CLASS_MSG,
         ),
+        (
+            "spec.pools[].scheduling",
+            rules::SPREAD_OR_CONSTRAINTS,
+            rules::SPREAD_OR_CONSTRAINTS_MSG,
+        ),
+        (
+            "spec.pools[].scheduling.spread.topologyKeys",
+            rules::SPREAD_KEYS,
+            rules::SPREAD_KEYS_MSG,
+        ),
     ];
     let mut found = 0;
     for (path, rule, message) in expected {
@@ -262,6 +272,14 @@ fn every_message_names_its_field() {
         ("spec.pools[].replicas", rules::REPLICAS_LE_SHARDS_MSG),
         ("spec.pools", rules::POOLS_NOT_EMPTY_MSG),
         ("spec.port", rules::PORTS_DIFFER_MSG),
+        (
+            "spec.pools[].scheduling.spread.topologyKeys",
+            rules::SPREAD_KEYS_MSG,
+        ),
+        (
+            "spec.pools[].scheduling.spread",
+            rules::SPREAD_OR_CONSTRAINTS_MSG,
+        ),
     ] {
         assert!(message.starts_with(path), "{message}");
     }
@@ -317,6 +335,29 @@ fn schema_defaults_are_the_named_defaults() {
     assert_eq!(
         node(&schema, "spec.pools[].eviction")["enum"],
         json!(["lru", "tinylfu"])
+    );
+    assert_eq!(
+        default("spec.pools[].scheduling.spread.topologyKeys"),
+        json!(defaults::SPREAD_TOPOLOGY_KEYS)
+    );
+    assert_eq!(
+        default("spec.pools[].scheduling.spread.whenUnsatisfiable"),
+        json!("ScheduleAnyway")
+    );
+}
+
+#[test]
+fn spread_is_bounded_for_the_api_server() {
+    let schema = schema();
+    let keys = node(&schema, "spec.pools[].scheduling.spread.topologyKeys");
+    // A set (unique items), at most 8 keys of at most 317 characters (253 for the
+    // prefix, '/', 63 for the name), so the CEL rule's cost is bounded.
+    assert_eq!(keys["x-kubernetes-list-type"], "set");
+    assert_eq!(keys["maxItems"], 8);
+    assert_eq!(keys["items"]["maxLength"], 317);
+    assert_eq!(
+        node(&schema, "spec.pools[].scheduling.spread.whenUnsatisfiable")["enum"],
+        json!(["ScheduleAnyway", "DoNotSchedule"])
     );
 }
 

@@ -51,6 +51,15 @@ fn the_full_example_sets_every_field_and_is_valid() {
         Some(4 << 30)
     );
     assert_eq!(batch.eviction, EvictionPolicy::Lru);
+    let spread = batch
+        .scheduling
+        .as_ref()
+        .and_then(|s| s.spread.as_ref())
+        .unwrap();
+    assert_eq!(
+        spread.when_unsatisfiable,
+        crds::cachecluster::WhenUnsatisfiable::DoNotSchedule
+    );
     assert!(batch.image.is_some());
     // Every field of the spec and of a pool appears in the file.
     let text = serde_json::to_value(spec).unwrap();

@@ -58,6 +58,8 @@ pub struct Context {
     pub resize_supported: std::sync::atomic::AtomicBool,
     /// The clusters whose ServiceMonitor was unavailable on their last pass.
     monitors_unavailable: UnavailableMonitors,
+    /// What reading Nodes (for ring zones) has warned about already.
+    pub node_read_warnings: observe::NodeReadWarnings,
 }
 
 impl Context {
@@ -74,6 +76,7 @@ impl Context {
             metrics,
             resize_supported: std::sync::atomic::AtomicBool::new(true),
             monitors_unavailable: UnavailableMonitors::default(),
+            node_read_warnings: observe::NodeReadWarnings::default(),
         }
     }
 
@@ -126,7 +129,8 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     let _timer = ctx.metrics.reconcile_started();
     let namespace = cc.namespace().unwrap_or_default();
     let name = cc.name_any();
-    let observed = observe::observe(&ctx.client, &namespace, &name).await?;
+    let observed =
+        observe::observe(&ctx.client, &namespace, &name, &ctx.node_read_warnings).await?;
     let cluster = match validate::validate(&cc, &ctx.defaults) {
         Ok(cluster) => cluster,
         Err(invalid) => {

@@ -81,6 +81,8 @@ pub struct NodeReport {
     pub uptime_ms: Option<u64>,
     /// Milliseconds since its last whole rebalance started (`None` before the first).
     pub last_rebalance_ms_ago: Option<u64>,
+    /// Whether it reads ring members' zones (false from images before zones).
+    pub reads_zones: bool,
 }
 
 /// How the operator verifies nodes that serve TLS.
@@ -129,8 +131,8 @@ impl NodeAdmin {
         Self { port, token, tls }
     }
 
-    /// The config generation, ring version, entry count and byte budget of the node at
-    /// `ip` (one `stats` call).
+    /// The config generation, ring version, entry count, byte budget and whether it
+    /// reads ring zones, of the node at `ip` (one `stats` call).
     ///
     /// # Errors
     /// [`NodeCallError`] naming the node and the action.
@@ -145,6 +147,7 @@ impl NodeAdmin {
             budget_bytes: stats.budget_bytes,
             uptime_ms: stats.uptime_ms,
             last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
+            reads_zones: stats.reads_zones,
         })
     }
 

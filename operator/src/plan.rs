@@ -73,6 +73,10 @@ pub struct NodeView {
     pub memory_limit: Option<u64>,
     /// The memory limit the kubelet reports applied (bytes).
     pub memory_applied: Option<u64>,
+    /// Where the pod runs (its Node's zone), as far as known this pass.
+    pub zone: ring::PodZone,
+    /// The image of its node container.
+    pub image: Option<String>,
 }
 
 impl NodeView {
@@ -273,8 +277,25 @@ pub fn plan_pool(
         }
     }
 
-    let topology =
-        ring::plan_topology(cluster, pool, &states, previous, observed.seen_ring_version);
+    let sightings: Vec<ring::ZoneSighting<'_>> = observed
+        .nodes
+        .iter()
+        .map(|node| ring::ZoneSighting {
+            ordinal: node.ordinal,
+            zone: &node.zone,
+            image: node.image.as_deref(),
+            reads_zones: node.report.map(|report| report.reads_zones),
+        })
+        .collect();
+    let zones = ring::compute_zones(cluster, pool, &states, &sightings, previous);
+    let topology = ring::plan_topology(
+        cluster,
+        pool,
+        &states,
+        &zones,
+        previous,
+        observed.seen_ring_version,
+    );
     let ring_changed = previous.is_none_or(|p| p.version != topology.version);
 
     // Drained leaving nodes (or ones that cannot be asked) may go once every reachable
@@ -332,8 +353,12 @@ pub fn plan_pool(
     }
     // A new number of copies per key moves no key's first choice, so nobody enters: every
     // node sends the copies the new ring asks of it (more copies) or hands off the ones
-    // it no longer holds (fewer).
-    let copies_changed = previous.is_some_and(|p| p.replicas != topology.replicas);
+    // it no longer holds (fewer). A member in another zone is the same with two copies
+    // (zones move second copies only, never a key's owner).
+    let copies_changed = previous.is_some_and(|p| {
+        p.replicas != topology.replicas
+            || (topology.replicas > 1 && ring::zones_moved(p, &topology))
+    });
     if ring_changed && copies_changed && entering.is_empty() {
         for node in &observed.nodes {
             rebalance(&mut steps, node);
@@ -524,6 +549,8 @@ mod tests {
             unready_seconds: 0,
             memory_limit: Some(512 << 20),
             memory_applied: Some(512 << 20),
+            zone: ring::PodZone::Unknown,
+            image: Some("flightcache/node:test".into()),
         }
     }
 
@@ -535,6 +562,7 @@ mod tests {
             budget_bytes: validated(&[("hot", 1)]).pools[0].budget_bytes,
             uptime_ms: None,
             last_rebalance_ms_ago: None,
+            reads_zones: true,
         })
     }
 
@@ -543,6 +571,7 @@ mod tests {
             cluster,
             &cluster.pools[0],
             &ring::all_active(shards),
+            &ring::no_zones(),
             None,
             0,
         )
@@ -734,6 +763,91 @@ mod tests {
         assert_eq!(
             plan_pool(&two_copies, &two_copies.pools[0], &settled).steps,
             []
+        );
+    }
+
+    #[test]
+    fn zones_learned_for_two_copies_have_every_node_move_its_second_copies() {
+        let mut cluster = validated(&[("hot", 3)]);
+        cluster.pools[0].replicas = 2;
+        let previous = ring::plan_topology(
+            &cluster,
+            &cluster.pools[0],
+            &ring::all_active(3),
+            &ring::no_zones(),
+            None,
+            0,
+        );
+        let mut observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| NodeView {
+                    zone: ring::PodZone::Known(Some(format!("zone-{o}"))),
+                    ..node(o, true, true, report(3, 1, 10))
+                })
+                .collect(),
+            previous: Some(previous),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        let topology = &plan.layout.topology;
+        assert_eq!(topology.version, 2);
+        assert_eq!(topology.members[2].zone.as_deref(), Some("zone-2"));
+        let rebalances = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::Rebalance(..)))
+            .count();
+        assert_eq!(rebalances, 3, "{:?}", plan.steps);
+
+        // A node restarting (its zone unknown this pass) keeps its zone: nothing moves.
+        observed.previous = Some(topology.clone());
+        observed.seen_ring_version = 2;
+        for n in &mut observed.nodes {
+            n.report = report(3, 2, 10);
+        }
+        observed.nodes[1].zone = ring::PodZone::Unknown;
+        let again = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(&again.layout.topology, topology);
+        assert_eq!(again.steps, []);
+
+        // A node of an image from before zones: the ring goes back to none.
+        observed.nodes[2].report = report(3, 2, 10).map(|r| NodeReport {
+            reads_zones: false,
+            ..r
+        });
+        let without = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(without.layout.topology.version, 3);
+        assert!(
+            without
+                .layout
+                .topology
+                .members
+                .iter()
+                .all(|m| m.zone.is_none())
+        );
+    }
+
+    #[test]
+    fn zones_learned_for_one_copy_move_nothing() {
+        let cluster = validated(&[("hot", 3)]);
+        let observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| NodeView {
+                    zone: ring::PodZone::Known(Some(format!("zone-{o}"))),
+                    ..node(o, true, true, report(3, 1, 10))
+                })
+                .collect(),
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(plan.layout.topology.version, 2);
+        assert!(
+            plan.steps.iter().all(|s| matches!(s, Step::PushRing(..))),
+            "{:?}",
+            plan.steps
         );
     }
 

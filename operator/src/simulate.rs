@@ -289,11 +289,15 @@ impl SimCluster {
                         budget_bytes: node.budget_bytes,
                         uptime_ms: Some((self.now - node.ready_at) * 1000),
                         last_rebalance_ms_ago: node.rebalanced_at.map(|at| (self.now - at) * 1000),
+                        reads_zones: true,
                     }),
                     ready_seconds: if ready { self.now - node.ready_at } else { 0 },
                     unready_seconds: if ready { 0 } else { self.now - node.created_at },
                     memory_limit: Some(pool.memory_limit_bytes),
                     memory_applied: Some(pool.memory_limit_bytes),
+                    // The simulated cluster has no zones.
+                    zone: crate::ring::PodZone::Known(None),
+                    image: Some(pool.image.clone()),
                 }
             })
             .collect();
@@ -788,7 +792,16 @@ mod tests {
         let cc = maximal_cluster(256);
         let cluster = validate::validate(&cc, &defaults()).unwrap();
         let pool = &cluster.pools[0];
-        let ring = |n| ring::plan_topology(&cluster, pool, &ring::all_active(n), None, 0);
+        let ring = |n| {
+            ring::plan_topology(
+                &cluster,
+                pool,
+                &ring::all_active(n),
+                &ring::no_zones(),
+                None,
+                0,
+            )
+        };
         assert!((moved_fraction(&ring(64), &ring(256)) - 0.75).abs() < 1e-12);
         assert!((moved_fraction(&ring(3), &ring(3))).abs() < 1e-12);
     }

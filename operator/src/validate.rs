@@ -135,6 +135,10 @@ pub struct ValidatedPool {
     pub replicas: i32,
     /// Node image.
     pub image: String,
+    /// Whether `image` is the operator's own node image (`--node-image`, released with
+    /// it), which reads ring zones; another image is trusted to only once a node running
+    /// it says so (`ring::zones_readable`).
+    pub image_reads_zones: bool,
     /// Entry cap per node.
     pub max_entries: u64,
     /// Default TTL.
@@ -191,7 +195,7 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         .unwrap_or_else(|| defaults.node_image.clone());
     let mut pools = Vec::new();
     for (index, pool) in cc.spec.pools.iter().enumerate() {
-        match validate_pool(pool, &cluster_image) {
+        match validate_pool(pool, &cluster_image, &defaults.node_image) {
             // A CacheCluster's author picks what runs beside its Secrets: only images the
             // operator's installer allowed.
             Ok(valid) if !image_allowed(&valid.image, &defaults.allowed_images) => {
@@ -290,18 +294,24 @@ fn port_of(value: i32, field: &str, errors: &mut Vec<FieldError>) -> u16 {
         })
 }
 
-fn validate_pool(pool: &PoolSpec, cluster_image: &str) -> Result<ValidatedPool, FieldError> {
+fn validate_pool(
+    pool: &PoolSpec,
+    cluster_image: &str,
+    operator_node_image: &str,
+) -> Result<ValidatedPool, FieldError> {
     let memory_limit_bytes = pool.memory_limit_bytes()?;
     let ttl = pool.ttl_duration()?;
     let budget_bytes = compute_budget_bytes(memory_limit_bytes);
+    let image = pool
+        .image
+        .clone()
+        .unwrap_or_else(|| cluster_image.to_owned());
     Ok(ValidatedPool {
         name: pool.name.clone(),
         shards: pool.shards,
         replicas: pool.replicas,
-        image: pool
-            .image
-            .clone()
-            .unwrap_or_else(|| cluster_image.to_owned()),
+        image_reads_zones: image == operator_node_image,
+        image,
         max_entries: u64::try_from(pool.max_entries).unwrap_or(1).max(1),
         ttl,
         ttl_mode: pool.ttl_mode,

@@ -139,11 +139,13 @@ impl Cluster {
     }
 
     /// A client's put of a key this stopping node owns: sent on to the key's holder while
-    /// this node is away (its next ring choice, where the exit handoff copies its
-    /// entries) as a fallback write, so it outlives this process; the next rebalance
-    /// after the node is back hands it over. Stored here
-    /// ([`ForwardedPut::StoreHere`]) only when there is no such holder (the ring's only
-    /// active member) or it could not be reached before any of the upload was sent.
+    /// this node is away (its stand-in, `Membership::stand_in`: the next ring choice with
+    /// one copy, the other copy with two — where the exit handoff copies its entries
+    /// too, and where its peers look while it is away) as a fallback write, so it
+    /// outlives this process; the next rebalance after the node is back hands it over.
+    /// Stored here ([`ForwardedPut::StoreHere`]) only when there is no such holder (the
+    /// ring's only active member) or it could not be reached before any of the upload
+    /// was sent.
     ///
     /// # Errors
     /// The holder's refusal, or a failure once part of the upload was sent.
@@ -154,9 +156,11 @@ impl Cluster {
         rest: forward::UploadRest,
         metadata: &MetadataMap,
     ) -> Result<ForwardedPut> {
-        let holder = self.routing.without_self().and_then(|leaving| {
-            let owners = leaving.owners(&key.to_store_bytes());
-            owners.first().and_then(|id| leaving.peer(id))
+        let holder = self.routing.current().and_then(|current| {
+            let me = self.routing.self_id()?;
+            current.ring().member(me)?;
+            let id = current.stand_in(&key.to_store_bytes(), me)?;
+            current.peer(id)
         });
         let Some(holder) = holder else {
             return Ok(ForwardedPut::StoreHere(Box::new(Upload { first, rest })));

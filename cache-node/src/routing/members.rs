@@ -98,7 +98,10 @@ impl Membership {
         let members = topology
             .members
             .iter()
-            .map(|member| RingMember::new(member.id.clone(), ring_state(member.state)))
+            .map(|member| {
+                RingMember::new(member.id.clone(), ring_state(member.state))
+                    .with_zone(member.zone.clone())
+            })
             .collect();
         Ok(Self {
             ring: Ring::new(topology.version, members),
@@ -125,6 +128,30 @@ impl Membership {
     /// [`replicas`](Self::replicas) active choices.
     pub fn owners(&self, key: &[u8]) -> Vec<&MemberId> {
         self.ring.owners(key, self.replicas())
+    }
+
+    /// The members that hold `key` (store bytes) once `leaving` has left the ring (is
+    /// draining): where its copy goes when it hands its entries off.
+    pub fn owners_without(&self, key: &[u8], leaving: &str) -> Vec<&MemberId> {
+        self.ring.owners_without(key, self.replicas(), leaving)
+    }
+
+    /// Where `key` (store bytes) is found while its holder `away` cannot be reached or
+    /// is stopping: of the key's holders once `away` has left the ring, one that holds
+    /// a copy already (with two copies, the other copy: reads try it first, and with
+    /// zones it sits in another zone, so it survives the loss of `away`'s), else the
+    /// first (with one copy, the member that owns the key when the operator takes `away`
+    /// out of the ring). `None` when no other member is active.
+    ///
+    /// Without zones this is the key's second ring choice, as before zones existed.
+    pub fn stand_in(&self, key: &[u8], away: &str) -> Option<&MemberId> {
+        let holders = self.owners(key);
+        let after = self.owners_without(key, away);
+        after
+            .iter()
+            .find(|id| holders.contains(*id))
+            .or_else(|| after.first())
+            .copied()
     }
 
     /// The member with `id`, with its address.
@@ -251,17 +278,21 @@ pub fn previous_holders(
         .collect()
 }
 
-/// Where a key that `self_id` holds a copy of lives while that node is away: its
-/// first ring choice after its copies (the next candidate that the node's exit handoff
-/// and fallback writes use). `None` when `self_id` holds no copy. Pure.
+/// Where a key that `self_id` holds a copy of lives while that node is away: the holder
+/// the key gains once the node has left the ring (where its exit handoff copied it, and,
+/// with one copy, where writes went while it could not be reached; with two, those went
+/// to the other copy, which is asked anyway). Without zones, the key's first ring choice
+/// after its copies. `None` when `self_id` holds no copy. Pure.
 pub fn holder_while_away(current: &Membership, self_id: Option<&str>, key: &[u8]) -> Option<Peer> {
-    let copies = current.replicas();
-    let ranked = current.ring.owners(key, copies + 1);
-    let holds_copy = ranked
-        .iter()
-        .take(copies)
-        .any(|id| Some(id.as_str()) == self_id);
-    let next = ranked.get(copies).filter(|_| holds_copy)?;
+    let id = self_id?;
+    let holders = current.owners(key);
+    if !holders.iter().any(|holder| holder.as_str() == id) {
+        return None;
+    }
+    let next = current
+        .owners_without(key, id)
+        .into_iter()
+        .find(|member| !holders.contains(member))?;
     current.peer(next)
 }
 
@@ -397,12 +428,14 @@ impl RoutingTable {
         choices(current.as_deref(), self.self_id(), key, forwarded)
     }
 
-    /// The key's (store bytes) second choice among the active members: where a write
+    /// The key's (store bytes) next candidate, its owner's stand-in
+    /// ([`Membership::stand_in`]; without zones its second ring choice): where a write
     /// goes while the owner cannot be reached, and where a read looks when no copy could
     /// be reached. `None` without a topology or with one active member.
     pub fn next_candidate(&self, key: &[u8]) -> Option<Route> {
         let current = self.current()?;
-        let id = current.ring.owners(key, 2).get(1).copied()?;
+        let owner = current.owners(key).first().copied()?;
+        let id = current.stand_in(key, owner)?;
         if Some(id.as_str()) == self.self_id() {
             Some(Route::Local)
         } else {
@@ -503,6 +536,7 @@ mod tests {
                     id: (*id).to_owned(),
                     address: format!("127.0.0.1:{}", 50051 + i),
                     state: *state,
+                    zone: None,
                 })
                 .collect(),
         }
@@ -819,5 +853,100 @@ mod tests {
             holders[0].address, "127.0.0.1:60000",
             "at its current address"
         );
+    }
+
+    /// Six active members in three zones (`n-0`..`n-5` in a, b, c, a, b, c).
+    fn six_in_three_zones(replicas: u8) -> Membership {
+        use node_config::MemberState::Active;
+        let mut doc = topology(
+            1,
+            &[
+                ("n-0", Active),
+                ("n-1", Active),
+                ("n-2", Active),
+                ("n-3", Active),
+                ("n-4", Active),
+                ("n-5", Active),
+            ],
+        );
+        doc.replicas = replicas;
+        for (i, member) in doc.members.iter_mut().enumerate() {
+            member.zone = Some(["zone-a", "zone-b", "zone-c"][i % 3].to_owned());
+        }
+        Membership::new(doc).unwrap()
+    }
+
+    fn zone_of<'a>(membership: &'a Membership, id: &str) -> Option<&'a str> {
+        membership.ring().member(id).and_then(|m| m.zone())
+    }
+
+    #[test]
+    fn with_zones_the_second_copy_and_the_next_candidate_are_in_another_zone() {
+        let membership = six_in_three_zones(2);
+        let keys: Vec<Vec<u8>> = (0..3000).map(|i| format!("Pz{i}").into_bytes()).collect();
+        let mut same_zone_successors = 0;
+        for key in &keys {
+            let owners = membership.owners(key);
+            assert_ne!(
+                zone_of(&membership, owners[0]),
+                zone_of(&membership, owners[1])
+            );
+            // With two copies the owner's stand-in is the other copy: a write while the
+            // owner is away lands where reads look first, in another zone.
+            let stand_in = membership.stand_in(key, owners[0]).unwrap();
+            assert_eq!(stand_in, owners[1]);
+            if zone_of(&membership, membership.ring().ranked(key, 2)[1])
+                == zone_of(&membership, owners[0])
+            {
+                same_zone_successors += 1;
+            }
+        }
+        // A fifth of the keys have a best-ranked successor in the owner's zone: that is
+        // where zones move a copy.
+        assert!(same_zone_successors > 400, "{same_zone_successors}");
+
+        // With one copy the stand-in is the member that owns the key once the owner is
+        // out of the ring: the next one by score, whatever its zone.
+        let one = six_in_three_zones(1);
+        for key in &keys {
+            let owner = one.owners(key)[0];
+            assert_eq!(one.stand_in(key, owner), Some(one.ring().ranked(key, 2)[1]));
+        }
+    }
+
+    #[test]
+    fn with_zones_a_node_back_asks_the_holder_its_keys_gained_while_it_was_away() {
+        let membership = six_in_three_zones(2);
+        for i in 0..500 {
+            let key = format!("Pw{i}").into_bytes();
+            let owners = membership.owners(&key);
+            for (me, other) in [(owners[0], owners[1]), (owners[1], owners[0])] {
+                let away = holder_while_away(&membership, Some(me), &key).unwrap();
+                let after = membership.owners_without(&key, me);
+                // The member the key gains when `me` leaves: never `me`, never the copy
+                // it keeps.
+                assert!(after.contains(&&away.id));
+                assert!(away.id != *me && away.id != *other, "{away:?}");
+            }
+            let third = ["n-0", "n-1", "n-2", "n-3", "n-4", "n-5"]
+                .into_iter()
+                .find(|id| !owners.iter().any(|o| o.as_str() == *id))
+                .unwrap();
+            assert!(holder_while_away(&membership, Some(third), &key).is_none());
+        }
+    }
+
+    #[test]
+    fn a_stopping_owner_sends_writes_to_its_stand_in() {
+        let table = RoutingTable::new(Some("n-0".into()), Some(three(1))).unwrap();
+        let current = table.current().unwrap();
+        let mine = key_owned_by(&current, "n-0");
+        let next = table.next_candidate(&mine).unwrap();
+        let Route::Forward(peer) = next else {
+            panic!("n-0 owns the key: its candidate is a peer");
+        };
+        // Without zones: the second ring choice, as before zones existed.
+        assert_eq!(peer.id, *current.ring().owners(&mine, 2)[1]);
+        assert_eq!(current.stand_in(&mine, "n-0"), Some(&peer.id));
     }
 }

@@ -5,9 +5,27 @@
 //! the highest score owns the key, the next ones are its ordered fallbacks
 //! ([`Ring::owners`]). Because a key's scores do not depend on the other members, adding a
 //! member moves to it exactly the keys it now wins (≈ 1/N) and removing one moves only
-//! its own keys, each to its second choice. Member ids are stable identities (StatefulSet
-//! pod names such as `analytics-hot-2`), never addresses, so a pod that restarts with a
-//! new IP keeps its keys.
+//! its own keys, each to the next member by score. Member ids are stable identities
+//! (StatefulSet pod names such as `analytics-hot-2`), never addresses, so a pod that
+//! restarts with a new IP keeps its keys.
+//!
+//! Zones: a member may carry the zone it runs in. A key's choices after the first are
+//! zone-diverse, so that with two copies a zone's loss never takes both:
+//!
+//! 1. rank the active members by score, as above; the best is the owner;
+//! 2. then, in rank order, each member whose zone no earlier choice has;
+//! 3. then the remaining members, in rank order.
+//!
+//! Members without a zone count as one zone ("unknown"), so a ring without zones (or
+//! with every member in one zone) gives exactly the rank order: the choices of a ring
+//! published before zones existed do not move. The owner never depends on zones, so the
+//! balance of first copies is that of plain rendezvous hashing; what zones move is the
+//! later choices (with `replicas: 2`, the second copies). With uneven zones the lone
+//! zone's members take more second copies (3 members in one zone and 1 in another: the
+//! one holds a copy of every key) — the price of surviving a zone, and why the operator
+//! spreads pods over zones evenly by default. Removing a member changes the choices of
+//! only the keys it was among the first `n` choices of ([`Ring::owners_without`] gives
+//! them).
 //!
 //! Member states:
 //!
@@ -17,10 +35,10 @@
 //! - `draining`: leaving; owns no keys, which fall to their next choice, while the member
 //!   can still be asked for entries it holds.
 //!
-//! The hash is part of the wire contract (a ring-aware client must compute the same
-//! owners): [`key_hash`] over the key's store bytes (kind byte + key, see `key.rs`),
-//! [`key_hash`] over the UTF-8 member id, combined with [`score`]. The golden test
-//! `hash_is_stable` pins it.
+//! The hash and the zone rule are part of the wire contract (a ring-aware client must
+//! compute the same owners): [`key_hash`] over the key's store bytes (kind byte + key,
+//! see `key.rs`), [`key_hash`] over the UTF-8 member id, combined with [`score`]. The
+//! golden tests `hash_is_stable` and `zone_diverse_choices_are_stable` pin them.
 //!
 //! Owns: the hash and the ring. Pure; must not import anything of the node but `key`.
 
@@ -53,14 +71,33 @@ pub struct RingMember {
     id: MemberId,
     state: MemberState,
     seed: u64,
+    zone: Option<String>,
 }
 
 impl RingMember {
-    /// A member with `id` in `state`.
+    /// A member with `id` in `state`, in no known zone.
     pub fn new(id: impl Into<MemberId>, state: MemberState) -> Self {
         let id = id.into();
         let seed = key_hash(id.as_bytes());
-        Self { id, state, seed }
+        Self {
+            id,
+            state,
+            seed,
+            zone: None,
+        }
+    }
+
+    /// This member in `zone` (`None`: unknown, one zone with every other member
+    /// without one).
+    #[must_use]
+    pub fn with_zone(mut self, zone: Option<String>) -> Self {
+        self.zone = zone;
+        self
+    }
+
+    /// The member's zone, if known.
+    pub fn zone(&self) -> Option<&str> {
+        self.zone.as_deref()
     }
 
     /// The member's id.
@@ -81,22 +118,48 @@ pub struct Ring {
     members: Vec<RingMember>,
     /// Indices of the members that own keys, in `members` order.
     owning: Vec<usize>,
+    /// Each member's zone as a small number (same zone, same number; 0 for no zone), in
+    /// `members` order, so choosing a key's owners compares integers, not strings.
+    zone_slots: Vec<u32>,
+    /// Whether the owning members span more than one zone: otherwise the choices are
+    /// the rank order and the zone pass is skipped.
+    zoned: bool,
 }
 
 impl Ring {
     /// A ring at `version` over `members` (ids are expected to be unique; `members.rs`
     /// validates that before building a ring).
     pub fn new(version: u64, members: Vec<RingMember>) -> Self {
-        let owning = members
+        let owning: Vec<usize> = members
             .iter()
             .enumerate()
             .filter(|(_, member)| member.state.owns_keys())
             .map(|(index, _)| index)
             .collect();
+        let mut zones: Vec<&str> = Vec::new();
+        let zone_slots: Vec<u32> = members
+            .iter()
+            .map(|member| {
+                let Some(zone) = member.zone.as_deref() else {
+                    return 0;
+                };
+                let slot = zones.iter().position(|z| *z == zone).unwrap_or_else(|| {
+                    zones.push(zone);
+                    zones.len() - 1
+                });
+                u32::try_from(slot + 1).unwrap_or(u32::MAX)
+            })
+            .collect();
+        let first_zone = owning.first().map(|&index| zone_slots[index]);
+        let zoned = owning
+            .iter()
+            .any(|&index| Some(zone_slots[index]) != first_zone);
         Self {
             version,
             members,
             owning,
+            zone_slots,
+            zoned,
         }
     }
 
@@ -139,20 +202,76 @@ impl Ring {
     }
 
     /// The first `n` choices for a key, best first: the owner, then its fallbacks
-    /// (replicas, a restarting owner). Only active members; fewer than `n` when fewer are
-    /// active.
+    /// (replicas, a restarting owner), zone-diverse as the module docs say. Only active
+    /// members; fewer than `n` when fewer are active.
     pub fn owners(&self, key: &[u8], n: usize) -> Vec<&MemberId> {
-        let hash = key_hash(key);
-        let mut ranked: Vec<&RingMember> = self
-            .owning
-            .iter()
-            .map(|&index| &self.members[index])
-            .collect();
-        ranked.sort_unstable_by(|a, b| compare(hash, b, a));
-        ranked
+        self.choose(key, n, None)
+    }
+
+    /// The first `n` choices for a key once the member `leaving` has left the ring (as
+    /// if it were draining): where its copies of the key go. The same as
+    /// [`Ring::owners`] when `leaving` is not an active member.
+    pub fn owners_without(&self, key: &[u8], n: usize, leaving: &str) -> Vec<&MemberId> {
+        self.choose(key, n, Some(leaving))
+    }
+
+    /// The first `n` active members by score alone, ignoring zones (the choices of this
+    /// ring were it without zones; [`Ring::owners`] for a ring without zones).
+    pub fn ranked(&self, key: &[u8], n: usize) -> Vec<&MemberId> {
+        self.rank(key, None)
             .into_iter()
             .take(n)
-            .map(|member| &member.id)
+            .map(|index| &self.members[index].id)
+            .collect()
+    }
+
+    /// Indices of the active members (but `leaving`) by score for `key`, best first.
+    fn rank(&self, key: &[u8], leaving: Option<&str>) -> Vec<usize> {
+        let hash = key_hash(key);
+        let mut ranked: Vec<usize> = self
+            .owning
+            .iter()
+            .copied()
+            .filter(|&index| Some(self.members[index].id.as_str()) != leaving)
+            .collect();
+        ranked.sort_unstable_by(|&a, &b| compare(hash, &self.members[b], &self.members[a]));
+        ranked
+    }
+
+    /// The zone-diverse choice of the module docs over the ranked members.
+    fn choose(&self, key: &[u8], n: usize, leaving: Option<&str>) -> Vec<&MemberId> {
+        let ranked = self.rank(key, leaving);
+        if !self.zoned || n <= 1 {
+            return ranked
+                .into_iter()
+                .take(n)
+                .map(|index| &self.members[index].id)
+                .collect();
+        }
+        // Positions in `ranked` of the choices, in choice order.
+        let mut chosen: Vec<usize> = Vec::with_capacity(n);
+        let mut zones_used: Vec<u32> = Vec::with_capacity(n);
+        for (position, &index) in ranked.iter().enumerate() {
+            if chosen.len() == n {
+                break;
+            }
+            let zone = self.zone_slots[index];
+            if !zones_used.contains(&zone) {
+                chosen.push(position);
+                zones_used.push(zone);
+            }
+        }
+        for position in 0..ranked.len() {
+            if chosen.len() == n {
+                break;
+            }
+            if !chosen.contains(&position) {
+                chosen.push(position);
+            }
+        }
+        chosen
+            .into_iter()
+            .map(|position| &self.members[ranked[position]].id)
             .collect()
     }
 }
@@ -300,8 +419,180 @@ mod tests {
         }
     }
 
+    /// `n` members `pool-<i>`, member `i` in the zone `zones(i)`.
+    fn zoned_ring(n: usize, zones: impl Fn(usize) -> Option<String>) -> Ring {
+        Ring::new(
+            1,
+            (0..n)
+                .map(|i| {
+                    RingMember::new(format!("pool-{i}"), MemberState::Active).with_zone(zones(i))
+                })
+                .collect(),
+        )
+    }
+
+    /// The choices as `Ring::owners` made them before zones existed: the first `n`
+    /// active members by score.
+    fn owners_before_zones<'a>(ring: &'a Ring, key: &[u8], n: usize) -> Vec<&'a MemberId> {
+        let hash = key_hash(key);
+        let mut ranked: Vec<&RingMember> = ring
+            .members()
+            .iter()
+            .filter(|m| m.state().owns_keys())
+            .collect();
+        ranked.sort_unstable_by(|a, b| compare(hash, b, a));
+        ranked.into_iter().take(n).map(|m| &m.id).collect()
+    }
+
+    /// Golden choices of a zoned ring: changing them moves second copies in every
+    /// cluster with zones and breaks ring-aware clients.
+    #[test]
+    fn zone_diverse_choices_are_stable() {
+        let zones = ["zone-a", "zone-a", "zone-b", "zone-c", "zone-a", "zone-b"];
+        let ring = zoned_ring(6, |i| Some(zones[i].to_owned()));
+        let got: Vec<Vec<&str>> = ["Preports/daily", "Pa", "Pb", "Pc"]
+            .iter()
+            .map(|key| {
+                ring.owners(key.as_bytes(), 3)
+                    .into_iter()
+                    .map(String::as_str)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(got, GOLDEN_ZONED);
+    }
+
+    /// Checked against an independent implementation of the documented hash and rule.
+    /// "Pb" ranks pool-0, pool-4 (zone-a again, skipped), pool-3, pool-5; "Pc" ranks
+    /// pool-1, pool-5, pool-2 (zone-b again, skipped), pool-3.
+    const GOLDEN_ZONED: [[&str; 3]; 4] = [
+        ["pool-3", "pool-1", "pool-2"],
+        ["pool-1", "pool-3", "pool-5"],
+        ["pool-0", "pool-3", "pool-5"],
+        ["pool-1", "pool-5", "pool-3"],
+    ];
+
+    /// For 10,000 keys: the two copies sit in different zones, the owner is the
+    /// zoneless ring's, and so the first copies are balanced as before.
+    #[test]
+    fn two_copies_sit_in_different_zones() {
+        let layouts: [(&str, &[&str]); 3] = [
+            ("3 members in 3 zones", &["a", "b", "c"]),
+            ("6 members in 3 zones", &["a", "b", "c", "a", "b", "c"]),
+            ("4 members in 2 zones (3+1)", &["a", "a", "a", "b"]),
+        ];
+        for (layout, zones) in layouts {
+            let n = zones.len();
+            let zoned = zoned_ring(n, |i| Some(zones[i].to_owned()));
+            let plain = ring(n);
+            let zone_of = |id: &str| zoned.member(id).and_then(RingMember::zone).unwrap();
+            let mut primaries: HashMap<&str, usize> = HashMap::new();
+            for key in keys(10_000, 5) {
+                let owners = zoned.owners(&key, 2);
+                assert_eq!(owners.len(), 2, "{layout}");
+                assert_ne!(zone_of(owners[0]), zone_of(owners[1]), "{layout}");
+                assert_eq!(owners[0], plain.owner(&key).unwrap(), "{layout}");
+                assert_eq!(owners[0], zoned.owner(&key).unwrap(), "{layout}");
+                *primaries.entry(owners[0].as_str()).or_default() += 1;
+            }
+            let max = primaries.values().copied().max().unwrap_or(0) as f64;
+            let ratio = max / (10_000.0 / n as f64);
+            assert!(ratio < 1.1, "{layout}: primaries max/mean {ratio:.3}");
+            assert_eq!(imbalance(&zoned, 10_000 * n), imbalance(&plain, 10_000 * n));
+        }
+    }
+
+    #[test]
+    fn later_choices_prefer_new_zones_then_fill_in_rank_order() {
+        // Two zones: the third choice can only repeat a zone, and it is the best-ranked
+        // member left.
+        let zones = ["a", "a", "a", "b"];
+        let ring = zoned_ring(4, |i| Some(zones[i].to_owned()));
+        for key in keys(2000, 9) {
+            let ranked = ring.ranked(&key, 4);
+            let owners = ring.owners(&key, 4);
+            assert_eq!(owners[0], ranked[0]);
+            let zone = |id: &MemberId| ring.member(id).and_then(RingMember::zone);
+            let other = ranked
+                .iter()
+                .find(|id| zone(id) != zone(ranked[0]))
+                .unwrap();
+            assert_eq!(owners[1], *other);
+            let rest: Vec<&MemberId> = ranked
+                .iter()
+                .copied()
+                .filter(|id| *id != owners[0] && *id != owners[1])
+                .collect();
+            assert_eq!(owners[2..], rest[..]);
+        }
+        // Members without a zone are one zone: beside a zoned member they are diverse
+        // from it, but not from each other.
+        let ring = zoned_ring(3, |i| (i == 0).then(|| "a".to_owned()));
+        for key in keys(500, 4) {
+            let owners = ring.owners(&key, 2);
+            let zones: Vec<Option<&str>> = owners
+                .iter()
+                .map(|id| ring.member(id).and_then(RingMember::zone))
+                .collect();
+            assert_ne!(zones[0], zones[1], "{owners:?}");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// A ring without zones, or with every member in one zone, chooses exactly as
+        /// before zones existed: no key of an upgraded cluster moves.
+        #[test]
+        fn zoneless_rings_choose_as_before(n in 1usize..40, copies in 1usize..4, salt in any::<u64>(), one_zone in any::<bool>()) {
+            let before = ring(n);
+            let zone = one_zone.then(|| "zone-a".to_owned());
+            let after = zoned_ring(n, |_| zone.clone());
+            for key in keys(500, salt) {
+                prop_assert_eq!(after.owners(&key, copies), owners_before_zones(&before, &key, copies));
+                prop_assert_eq!(after.ranked(&key, copies), owners_before_zones(&before, &key, copies));
+            }
+        }
+
+        /// `owners_without` is the choice of the ring with that member draining.
+        #[test]
+        fn owners_without_is_the_ring_with_the_member_draining(n in 2usize..20, zones in 1usize..4, gone in any::<prop::sample::Index>(), salt in any::<u64>()) {
+            let ring = zoned_ring(n, |i| Some(format!("z{}", i % zones)));
+            let gone = format!("pool-{}", gone.index(n));
+            let drained = Ring::new(2, ring.members().iter().map(|m| {
+                if m.id() == gone {
+                    RingMember::new(m.id(), MemberState::Draining).with_zone(m.zone.clone())
+                } else {
+                    m.clone()
+                }
+            }).collect());
+            for key in keys(300, salt) {
+                prop_assert_eq!(ring.owners_without(&key, 2, &gone), drained.owners(&key, 2));
+            }
+        }
+
+        /// With zones, removing a member still moves only the keys it held: a key it was
+        /// not among the first `copies` choices of keeps them all, and a key it owned
+        /// goes to the next member by score.
+        #[test]
+        fn removing_a_zoned_member_moves_only_its_keys(n in 2usize..30, zones in 1usize..4, copies in 1usize..3, gone in any::<prop::sample::Index>(), salt in any::<u64>()) {
+            let before = zoned_ring(n, |i| Some(format!("z{}", i % zones)));
+            let gone = format!("pool-{}", gone.index(n));
+            let after = Ring::new(2, before.members().iter().filter(|m| m.id() != gone).cloned().collect());
+            for key in keys(1000, salt) {
+                let (old, now) = (before.owners(&key, copies), after.owners(&key, copies));
+                if old.contains(&&gone) {
+                    prop_assert!(!now.contains(&&gone));
+                    if old[0] == &gone {
+                        prop_assert_eq!(now[0], before.ranked(&key, 2)[1]);
+                    } else {
+                        prop_assert_eq!(now[0], old[0]);
+                    }
+                } else {
+                    prop_assert_eq!(old, now);
+                }
+            }
+        }
 
         /// Adding a member moves only keys that go to the new member, about 1/(N+1).
         #[test]

@@ -103,6 +103,18 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
         ChangeClass::RestartWithHandoff,
     ),
     (
+        "spec.pools[].scheduling.spread",
+        ChangeClass::RestartWithHandoff,
+    ),
+    (
+        "spec.pools[].scheduling.spread.topologyKeys",
+        ChangeClass::RestartWithHandoff,
+    ),
+    (
+        "spec.pools[].scheduling.spread.whenUnsatisfiable",
+        ChangeClass::RestartWithHandoff,
+    ),
+    (
         "spec.pools[].scheduling.priorityClassName",
         ChangeClass::RestartWithHandoff,
     ),

@@ -5,6 +5,7 @@
 //! (`kubectl get cc -o yaml` shows them). Pure; no I/O.
 
 use super::MonitoringSpec;
+use super::pool::WhenUnsatisfiable;
 use crate::node_config::{EvictionPolicy, TtlMode};
 
 /// Flight port of every cache node, and of the pools' client Services.
@@ -23,6 +24,10 @@ pub const MEMORY_LIMIT: &str = "512Mi";
 pub const REPLICAS: i32 = 1;
 /// Key in the auth Secret that holds the token.
 pub const AUTH_KEY: &str = "token";
+/// Node labels a pool's pods spread over: zones first, then the nodes within them (the
+/// well-known labels every kubelet and cloud provider set).
+pub const SPREAD_TOPOLOGY_KEYS: [&str; 2] =
+    ["topology.kubernetes.io/zone", "kubernetes.io/hostname"];
 
 /// `spec.port`: [`PORT`].
 pub fn port() -> i32 {
@@ -85,4 +90,15 @@ pub fn eviction() -> EvictionPolicy {
 /// `spec.pools[].replicas`: [`REPLICAS`].
 pub fn replicas() -> i32 {
     REPLICAS
+}
+
+/// `spec.pools[].scheduling.spread.topologyKeys`: [`SPREAD_TOPOLOGY_KEYS`].
+pub fn spread_topology_keys() -> Vec<String> {
+    SPREAD_TOPOLOGY_KEYS.map(str::to_owned).to_vec()
+}
+
+/// `spec.pools[].scheduling.spread.whenUnsatisfiable`: `ScheduleAnyway` (a cluster of
+/// one node or one zone still runs every pod).
+pub fn spread_when_unsatisfiable() -> WhenUnsatisfiable {
+    WhenUnsatisfiable::ScheduleAnyway
 }

@@ -19,7 +19,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use self::change_class::ChangeClass;
-pub use self::pool::{PersistenceSpec, PoolSpec, SchedulingSpec};
+pub use self::pool::{PersistenceSpec, PoolSpec, SchedulingSpec, SpreadSpec, WhenUnsatisfiable};
 pub use self::status::{CacheClusterStatus, NodeStatus, PoolStatus};
 pub use self::validate::{FieldError, InvalidSpec};
 pub use crate::node_config::ClientAuth;

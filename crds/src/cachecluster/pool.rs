@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{defaults, rules};
@@ -162,8 +163,11 @@ pub struct PersistenceSpec {
     pub storage_class_name: Option<String>,
 }
 
-/// Where a pool's nodes may run; each field is passed to the pod template as is.
+/// Where a pool's nodes may run. Each field but `spread` is passed to the pod template as
+/// is; the operator adds default spread constraints and tolerations where the user gives
+/// none (`docs/operator.md`, "Placement").
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new(rules::SPREAD_OR_CONSTRAINTS).message(rules::SPREAD_OR_CONSTRAINTS_MSG).field_path(".spread"))]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingSpec {
     /// Node labels a node must carry to run this pool's pods (`nodeSelector` of a Pod).
@@ -171,21 +175,39 @@ pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
 
-    /// Node affinity, pod affinity and anti-affinity (`affinity` of a Pod).
+    /// Node affinity, pod affinity and anti-affinity (`affinity` of a Pod). Unset: none;
+    /// the pods are spread over zones and nodes by `spread` instead.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
 
-    /// Taints this pool's pods tolerate (`tolerations` of a Pod).
+    /// Taints this pool's pods tolerate (`tolerations` of a Pod). The operator adds
+    /// `node.kubernetes.io/not-ready` and `node.kubernetes.io/unreachable` (NoExecute)
+    /// for 30 s, instead of the API server's 300 s, unless a toleration here names
+    /// those keys (or tolerates every key): the pods of a lost node are replaced sooner,
+    /// and a cache loses nothing it cannot re-warm by it.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
 
     /// How this pool's pods spread over zones or nodes (`topologySpreadConstraints` of a
-    /// Pod).
+    /// Pod). When set, these constraints replace the operator's default spread
+    /// entirely (`[]`: no constraints at all); `spread` must then be unset.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// The operator's default spread of this pool's pods, used unless
+    /// `topologySpreadConstraints` is set: one topology spread constraint per label key
+    /// in `topologyKeys`, `maxSkew: 1` over the pool's own pods, counting only nodes whose
+    /// taints the pods tolerate. Unset: spread over zones, then over the nodes within
+    /// them, without ever leaving a pod unscheduled for it (`ScheduleAnyway`), so a
+    /// cluster of one node or one zone still runs every pod of the pool. With
+    /// `replicas: 2` a pool spread over two zones or more keeps a key's two copies in
+    /// different zones.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<SpreadSpec>,
 
     /// PriorityClass of this pool's pods.
     /// Change: restart with handoff.
@@ -193,6 +215,68 @@ pub struct SchedulingSpec {
     #[schemars(length(max = 253))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+}
+
+/// The operator's default spread of a pool's pods: what each of its topology spread
+/// constraints spreads over and how strictly.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadSpec {
+    /// Node labels to spread the pool's pods over, one constraint each (`topologyKey`):
+    /// pods are spread evenly over the values of each label (at most one pod more on
+    /// one value than on another). Default `topology.kubernetes.io/zone` and
+    /// `kubernetes.io/hostname`: over zones, and over the nodes within them. At most 8
+    /// distinct label keys; `[]` spreads nothing.
+    /// Change: restart with handoff.
+    #[x_kube(
+        validation = Rule::new(rules::SPREAD_KEYS).message(rules::SPREAD_KEYS_MSG),
+        merge_strategy = ListMerge::Set
+    )]
+    #[schemars(length(max = 8), inner(length(max = 317)))]
+    #[serde(default = "defaults::spread_topology_keys")]
+    pub topology_keys: Vec<String>,
+
+    /// What the scheduler does with a pod that cannot be placed within the spread:
+    /// `ScheduleAnyway` (default: place it where it unbalances least, so every pod runs
+    /// even on one node or in one zone) or `DoNotSchedule` (leave it Pending until it
+    /// can be placed evenly, e.g. while the zone short of the pool's pods has no room;
+    /// the other cache nodes serve its keys meanwhile). Nodes whose taints the pods do
+    /// not tolerate (lost, cordoned) do not count, so the pods of a lost zone still
+    /// move to the others.
+    /// Change: restart with handoff.
+    #[serde(default = "defaults::spread_when_unsatisfiable")]
+    pub when_unsatisfiable: WhenUnsatisfiable,
+}
+
+impl Default for SpreadSpec {
+    /// The spread an unset `scheduling.spread` means.
+    fn default() -> Self {
+        Self {
+            topology_keys: defaults::spread_topology_keys(),
+            when_unsatisfiable: defaults::spread_when_unsatisfiable(),
+        }
+    }
+}
+
+/// What the scheduler does with a pod it cannot place within a spread constraint (the
+/// Pod field `topologySpreadConstraints[].whenUnsatisfiable`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum WhenUnsatisfiable {
+    /// Schedule it where the skew grows least.
+    #[default]
+    ScheduleAnyway,
+    /// Leave it Pending until it can be placed within the skew.
+    DoNotSchedule,
+}
+
+impl WhenUnsatisfiable {
+    /// The value as Kubernetes spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ScheduleAnyway => "ScheduleAnyway",
+            Self::DoNotSchedule => "DoNotSchedule",
+        }
+    }
 }
 
 impl PoolSpec {

@@ -143,6 +143,19 @@ pub const SIZE_COVERS_MEMORY: &str = "!has(self.persistence) || !self.persistenc
 /// Message of [`SIZE_COVERS_MEMORY`].
 pub const SIZE_COVERS_MEMORY_MSG: &str = "spec.pools[].persistence.size must be at least spec.pools[].memoryLimit, so a node's whole hot set fits on its volume";
 
+/// Label keys a pool spreads over: each a qualified name (an optional DNS-subdomain
+/// prefix of at most 253 characters and '/', then a name of at most 63 characters), as
+/// a Pod's `topologySpreadConstraints[].topologyKey` must be. The second pattern bounds
+/// the prefix; the list's length and item length are bounded by the schema.
+pub const SPREAD_KEYS: &str = "self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && k.matches('^([^/]{1,253}/)?[^/]+$'))";
+/// Message of [`SPREAD_KEYS`].
+pub const SPREAD_KEYS_MSG: &str = "spec.pools[].scheduling.spread.topologyKeys must be at most 8 distinct node label keys, each an optional DNS-subdomain prefix (at most 253 characters) and '/', then a name of 1 to 63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit, e.g. topology.kubernetes.io/zone";
+
+/// The default spread and explicit constraints exclude each other (on `scheduling`).
+pub const SPREAD_OR_CONSTRAINTS: &str = "!has(self.spread) || !has(self.topologySpreadConstraints)";
+/// Message of [`SPREAD_OR_CONSTRAINTS`].
+pub const SPREAD_OR_CONSTRAINTS_MSG: &str = "spec.pools[].scheduling.spread must be unset when spec.pools[].scheduling.topologySpreadConstraints is set: explicit constraints replace the default spread entirely";
+
 // ---- immutability (transition rules: the API server checks them on update only)
 
 /// Persistence, once on, stays on (transition, on the pool).

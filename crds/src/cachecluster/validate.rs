@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{CacheCluster, CacheClusterSpec, PersistenceSpec, PoolSpec, rules};
+use super::{CacheCluster, CacheClusterSpec, PersistenceSpec, PoolSpec, SchedulingSpec, rules};
 use crate::quantity;
 
 /// One field that breaks a rule.
@@ -266,18 +266,34 @@ fn validate_pool(at: &str, pool: &PoolSpec, errors: &mut Errors) {
             rules::NO_RESOURCES_MEMORY_LIMIT_MSG,
         );
     }
-    if let Some(class) = pool
-        .scheduling
-        .as_ref()
-        .and_then(|scheduling| scheduling.priority_class_name.as_deref())
-        && !is_dns_subdomain(class)
-    {
-        errors.push(
-            format!("{at}.scheduling.priorityClassName"),
-            rules::PRIORITY_CLASS_MSG,
-        );
+    if let Some(scheduling) = &pool.scheduling {
+        validate_scheduling(&format!("{at}.scheduling"), scheduling, errors);
     }
 }
+
+fn validate_scheduling(at: &str, scheduling: &SchedulingSpec, errors: &mut Errors) {
+    if let Some(class) = scheduling.priority_class_name.as_deref()
+        && !is_dns_subdomain(class)
+    {
+        errors.push(format!("{at}.priorityClassName"), rules::PRIORITY_CLASS_MSG);
+    }
+    if let Some(spread) = &scheduling.spread {
+        let keys = &spread.topology_keys;
+        let distinct: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+        if keys.len() > MAX_SPREAD_KEYS
+            || distinct.len() != keys.len()
+            || !keys.iter().all(|key| is_label_key(key))
+        {
+            errors.push(format!("{at}.spread.topologyKeys"), rules::SPREAD_KEYS_MSG);
+        }
+        if scheduling.topology_spread_constraints.is_some() {
+            errors.push(format!("{at}.spread"), rules::SPREAD_OR_CONSTRAINTS_MSG);
+        }
+    }
+}
+
+/// Most label keys `spread.topologyKeys` may list (the schema's `maxItems`).
+pub const MAX_SPREAD_KEYS: usize = 8;
 
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
@@ -389,6 +405,29 @@ fn is_dns_subdomain(text: &str) -> bool {
                 _ => false,
             }
         })
+}
+
+/// A qualified label key, as [`rules::SPREAD_KEYS`] reads it: an optional DNS-1123
+/// subdomain prefix (at most 253 characters) and '/', then a name of 1 to 63 letters,
+/// digits, '-', '_' or '.', starting and ending with a letter or digit.
+pub fn is_label_key(text: &str) -> bool {
+    let (prefix, name) = match text.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, text),
+    };
+    let bytes = name.as_bytes();
+    let name_ok = match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= 63
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    };
+    name_ok && prefix.is_none_or(is_dns_subdomain)
 }
 
 fn is_secret_key(key: &str) -> bool {

@@ -12,6 +12,7 @@ pub(crate) mod golden;
 pub mod names;
 pub mod networkpolicy;
 pub mod pdb;
+pub mod placement;
 pub mod service;
 pub mod servicemonitor;
 pub mod statefulset;
@@ -81,6 +82,7 @@ impl PoolLayout {
                 cluster,
                 pool,
                 &crate::ring::all_active(pool.shards),
+                &crate::ring::no_zones(),
                 None,
                 0,
             ),

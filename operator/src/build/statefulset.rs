@@ -7,24 +7,24 @@
 //! pod. The template's hash is the `flightcache.dev/config-hash` annotation.
 //!
 //! Owns: the StatefulSet and its template hash. Pure like all of `build/` (checked by
-//! `scripts/check-layers`): imports `validate`, `names` and `ring` (member addresses).
+//! `scripts/check-layers`): imports `validate`, `names`, `placement` (default spread and
+//! tolerations) and `ring` (member addresses).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, ContainerResizePolicy,
-    EnvVar, EnvVarSource, GRPCAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
-    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecretVolumeSource, SecurityContext, SleepAction, Volume, VolumeMount,
-    VolumeResourceRequirements, WeightedPodAffinityTerm,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, ContainerResizePolicy, EnvVar,
+    EnvVarSource, GRPCAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::names;
+use super::{names, placement};
 use crate::ring;
 use crate::validate::{ValidatedCluster, ValidatedPool};
 
@@ -34,6 +34,8 @@ pub const NODE_UID: i64 = 65532;
 pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 /// Where a node's disk-tier volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/flightcache";
+/// Name of the cache node's container in the pod.
+pub const NODE_CONTAINER: &str = "node";
 
 /// The node's command line: its config file, JSON logs, and with `persistence` the disk
 /// tier on the pool's volume (written behind, reloaded before the node reports ready).
@@ -253,7 +255,7 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
         ..Probe::default()
     };
     let container = Container {
-        name: "node".into(),
+        name: NODE_CONTAINER.into(),
         image: Some(pool.image.clone()),
         image_pull_policy: Some(cluster.image_pull_policy.clone()),
         args: Some(node_args(pool)),
@@ -316,25 +318,6 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
         volume_mounts: Some(mounts),
         ..Container::default()
     };
-    let affinity = scheduling.affinity.clone().unwrap_or_else(|| Affinity {
-        pod_anti_affinity: Some(PodAntiAffinity {
-            preferred_during_scheduling_ignored_during_execution: Some(vec![
-                WeightedPodAffinityTerm {
-                    weight: 100,
-                    pod_affinity_term: PodAffinityTerm {
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some(names::pool_selector(&cluster.name, &pool.name)),
-                            ..LabelSelector::default()
-                        }),
-                        topology_key: "kubernetes.io/hostname".into(),
-                        ..PodAffinityTerm::default()
-                    },
-                },
-            ]),
-            ..PodAntiAffinity::default()
-        }),
-        ..Affinity::default()
-    });
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(names::pool_labels(&cluster.name, &pool.name)),
@@ -355,10 +338,12 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
                 }),
                 ..PodSecurityContext::default()
             }),
-            affinity: Some(affinity),
+            // Placement (placement.rs): the user's affinity as given; spread over zones
+            // and nodes and a short stay on a lost node unless the user says otherwise.
+            affinity: scheduling.affinity,
             node_selector: scheduling.node_selector,
-            tolerations: scheduling.tolerations,
-            topology_spread_constraints: scheduling.topology_spread_constraints,
+            tolerations: Some(placement::build_tolerations(pool)),
+            topology_spread_constraints: placement::build_spread_constraints(cluster, pool),
             priority_class_name: scheduling.priority_class_name,
             ..PodSpec::default()
         }),
@@ -496,6 +481,29 @@ mod tests {
             ..Default::default()
         });
         assert_ne!(hash(&base), hash(&cpu));
+        let mut strict = base.clone();
+        strict.spec.pools[0].scheduling = Some(crds::cachecluster::SchedulingSpec {
+            spread: Some(crds::cachecluster::SpreadSpec {
+                when_unsatisfiable: crds::cachecluster::WhenUnsatisfiable::DoNotSchedule,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_ne!(
+            hash(&base),
+            hash(&strict),
+            "placement is in the pod template"
+        );
+        let mut spelled_out = base.clone();
+        spelled_out.spec.pools[0].scheduling = Some(crds::cachecluster::SchedulingSpec {
+            spread: Some(crds::cachecluster::SpreadSpec::default()),
+            ..Default::default()
+        });
+        assert_eq!(
+            hash(&base),
+            hash(&spelled_out),
+            "the default spread written out is the default"
+        );
     }
 
     #[test]

@@ -431,3 +431,86 @@ fn the_error_lists_every_broken_field() {
         )
     );
 }
+
+#[test]
+fn spread_keys_are_label_keys_and_exclude_explicit_constraints() {
+    use crate::cachecluster::{SpreadSpec, WhenUnsatisfiable};
+
+    let with_spread = |keys: &[&str]| {
+        let mut pool = PoolSpec::new("p");
+        pool.scheduling = Some(SchedulingSpec {
+            spread: Some(SpreadSpec {
+                topology_keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+                when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+            }),
+            ..Default::default()
+        });
+        spec(vec![pool])
+    };
+    for good in [
+        &["topology.kubernetes.io/zone", "kubernetes.io/hostname"][..],
+        &["rack"],
+        &["example.com/Rack_1.a"],
+        &[],
+    ] {
+        assert_eq!(validate_spec("c", &with_spread(good)), Ok(()), "{good:?}");
+    }
+    let long_name = "n".repeat(64);
+    let long_prefix = format!("{}/zone", "p".repeat(254));
+    let nine: Vec<String> = (0..9).map(|i| format!("key-{i}")).collect();
+    let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+    for bad in [
+        &["Topology.kubernetes.io/zone"][..],
+        &["zone/"],
+        &["/zone"],
+        &["a/b/c"],
+        &["-zone"],
+        &["zone key"],
+        &[long_name.as_str()],
+        &[long_prefix.as_str()],
+        &["rack", "rack"],
+        &nine,
+    ] {
+        assert_eq!(
+            one_error("c", &with_spread(bad)),
+            (
+                "spec.pools[0].scheduling.spread.topologyKeys".to_owned(),
+                rules::SPREAD_KEYS_MSG
+            ),
+            "{bad:?}"
+        );
+    }
+    let mut both = with_spread(&["rack"]);
+    if let Some(scheduling) = both.pools[0].scheduling.as_mut() {
+        scheduling.topology_spread_constraints = Some(Vec::new());
+    }
+    assert_eq!(
+        one_error("c", &both),
+        (
+            "spec.pools[0].scheduling.spread".to_owned(),
+            rules::SPREAD_OR_CONSTRAINTS_MSG
+        )
+    );
+}
+
+#[test]
+fn an_empty_spread_object_gets_the_default_keys() {
+    let parsed: CacheClusterSpec =
+        serde_json::from_str(r#"{"pools": [{"name": "p", "scheduling": {"spread": {}}}]}"#)
+            .unwrap();
+    let spread = parsed.pools[0]
+        .scheduling
+        .as_ref()
+        .and_then(|s| s.spread.clone())
+        .unwrap();
+    assert_eq!(spread, crate::cachecluster::SpreadSpec::default());
+    assert_eq!(
+        spread.topology_keys,
+        ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    );
+    assert_eq!(
+        spread.when_unsatisfiable.as_str(),
+        "ScheduleAnyway",
+        "a one-node cluster still schedules every pod"
+    );
+}
