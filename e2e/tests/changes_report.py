@@ -1,7 +1,10 @@
 """The figures of e2e/tests/changes: one row per scenario from the flightcache-load and
 pyarrow summaries, the convergence times and the miss budgets, and the targets checked.
 
-    changes_report.py LOAD_JSON PYARROW_JSON CONVERGE_FILE STAKES_FILE
+    changes_report.py LOAD_JSON PYARROW_JSON CONVERGE_FILE STAKES_FILE [SCENARIO,...]
+
+The scenarios default to those of e2e/tests/changes; e2e/tests/multi-node names its own
+(`baseline,node-drain,...`), judged by the same rules by kind (the name before any `/`).
 
 STAKES_FILE lines: `SCENARIO stake ENTRIES RATE` (the entries whose holder the scenario
 touches, read from the nodes just before it, and the share of them that may miss) and
@@ -52,8 +55,12 @@ RUST_WORKERS = 8
 # Tries after a lost connection within one call's 5 s deadline: 4 over the first 0.75 s
 # (cache_node::client::lost_connection_backoff), then one per 0.4 s: 4 + 4.25 / 0.4 < 15.
 LOST_CONNECTION_RETRIES = RUST_WORKERS * 15
-# Not planned by the operator: a pod deleted by hand, a crash, a hung process.
-UNPLANNED = {"pod-delete", "node-kill", "node-crash", "node-frozen"}
+# Not planned by the operator: a pod deleted by hand, a crash, a hung process; a Kubernetes
+# node drained (its pods evicted: SIGTERM, as a pod delete) or lost.
+UNPLANNED = {"pod-delete", "node-kill", "node-crash", "node-frozen", "node-drain", "node-lost",
+             "node-partition"}
+# A process dies or hangs with calls on it: those calls are tried again (bounded below).
+LOST_CONNECTIONS = {"node-crash", "node-frozen", "node-lost", "node-partition"}
 
 
 def read_stakes(path: str) -> tuple[dict, dict]:
@@ -72,6 +79,7 @@ def main() -> int:
     py = json.load(open(sys.argv[2]))
     converge = dict(line.split() for line in open(sys.argv[3]) if line.strip())
     stakes, _hung = read_stakes(sys.argv[4])
+    scenarios = sys.argv[5].split(",") if len(sys.argv) > 5 else SCENARIOS
     by_phase = {p["phase"]: p for p in rust["phases"]}
     steady = (by_phase.get("baseline") or {}).get("hit_ratio") or 0.0
     py_base = py["phases"].get("baseline", {})
@@ -80,7 +88,7 @@ def main() -> int:
           f"{'budget':>6} {'of entries':>10} {'failed':>6} {'retried':>7} {'p99 ms':>7} | {'py gets':>7} "
           f"{'py hit':>7} {'py failed':>9}")
     bad = []
-    for name in SCENARIOS:
+    for name in scenarios:
         kind = name.split("/")[0]
         p = by_phase.get(name)
         q = py["phases"].get(name, {"gets": 0, "hits": 0, "misses": 0, "errors": 0, "corrupt": 0})
@@ -92,7 +100,7 @@ def main() -> int:
         entries, rate = stakes.get(name, (0, 0.0))
         failed = p["errors"] + q["errors"]
         retried = p.get("retried", 0)
-        retries_allowed = LOST_CONNECTION_RETRIES if kind in ("node-crash", "node-frozen") else 0
+        retries_allowed = LOST_CONNECTION_RETRIES if kind in LOST_CONNECTIONS else 0
         budget = int(entries * rate) if name in stakes else None
         print(f"{name:<15} {converge.get(name, '-'):>10} {p['gets']:>8} {hit:>9.4f} {p['misses']:>6} "
               f"{'-' if budget is None else budget:>6} {entries if name in stakes else '-':>10} "
