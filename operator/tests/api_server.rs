@@ -765,11 +765,15 @@ async fn the_service_monitor_follows_the_monitoring_toggle() {
     ns.delete().await;
 }
 
+/// The taint that keeps every scheduled pod off the test's fake Nodes (they are also
+/// unschedulable): no other test's pod may land on a node no kubelet runs.
+const FAKE_NODE_TAINT: &str = "flightcache.dev/fake-node";
+
 /// A Node object no kubelet runs, with its heartbeat Lease last renewed `silent_for`
 /// seconds ago (created, or moved back if it exists).
 async fn stale_node(client: &Client, name: &str, silent_for: i64) {
     use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -781,6 +785,15 @@ async fn stale_node(client: &Client, name: &str, silent_for: i64) {
             ("kubernetes.io/hostname".into(), name.into()),
             ("flightcache.dev/test".into(), "true".into()),
         ]));
+        node.spec = Some(NodeSpec {
+            unschedulable: Some(true),
+            taints: Some(vec![Taint {
+                key: FAKE_NODE_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
         node.status = Some(NodeStatus {
             conditions: Some(vec![NodeCondition {
                 type_: "Ready".into(),
@@ -904,6 +917,7 @@ async fn a_pod_on_a_lost_node_is_marked_not_ready_then_force_deleted() {
     stale_node(&client, &lost, 60).await;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let taint = serde_json::json!({"spec": {"taints": [
+        {"key": FAKE_NODE_TAINT, "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
     ]}});
     nodes
