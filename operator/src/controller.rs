@@ -1,6 +1,7 @@
 //! The reconcile loop: observe (Kubernetes objects, then node reports) → validate →
-//! plan → build → apply → execute (node calls) → status. Each step is a module; this
-//! one wires them and publishes events on transitions.
+//! plan → node loss (pods on lost Kubernetes nodes) → build → apply → execute (node
+//! calls) → status. Each step is a module; this one wires them and publishes events on
+//! transitions.
 //!
 //! Level-triggered and idempotent: desired state comes from the current object only,
 //! and a second pass over an unchanged object changes nothing.
@@ -30,6 +31,7 @@ use kube::{Client, Resource, ResourceExt};
 use crate::build::{self, PoolLayout, names};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, PoolFigures, PoolLabels};
+use crate::nodeloss;
 use crate::nodes::{NodeAdmin, NodeTls};
 use crate::observe::{self, Observed};
 use crate::plan::{self, PoolObservation, PoolPlan};
@@ -39,7 +41,10 @@ use crate::{apply, execute, secrets};
 
 /// How soon to look again while a pool changes (each pass takes one step).
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
-/// Periodic resync when nothing is in flight (owned objects also wake us).
+/// Periodic resync when nothing is in flight (owned objects also wake us). Shortened
+/// while the Nodes' heartbeat Leases can be read, to look again when the stalest one
+/// would turn lost (`nodeloss::next_check`): nothing the operator watches changes when a
+/// node goes silent.
 const IDLE_REQUEUE: Duration = Duration::from_secs(300);
 /// Retry delay after a transient failure.
 const ERROR_REQUEUE: Duration = Duration::from_secs(10);
@@ -182,6 +187,12 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         .zip(observations)
         .map(|(pool, observation)| (plan::plan_pool(&cluster, pool, &observation), observation))
         .collect();
+    // Pods on lost Kubernetes nodes leave the Services (and, past the bound, the node)
+    // before anything slower runs; the plans above already took them out of the ring.
+    let node_loss = nodeloss::plan_node_loss(&observed.pods, &observed.node_health);
+    if node_loss.any() {
+        execute::run_node_loss(&ctx, &cc, &namespace, &node_loss).await;
+    }
     let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
     let desired = build::desired_resources(&cluster, &layouts);
     let applied = match apply::apply_cluster(&ctx.client, &cluster, &desired).await {
@@ -208,10 +219,12 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     if cc.status.as_ref() != Some(&status) {
         status::apply_status(&ctx.client, &cc, &status).await?;
     }
-    Ok(Action::requeue(if progressing {
+    Ok(Action::requeue(if progressing || node_loss.any() {
         ROLLOUT_REQUEUE
     } else {
-        IDLE_REQUEUE
+        nodeloss::next_check(observed.node_health.values()).map_or(IDLE_REQUEUE, |seconds| {
+            IDLE_REQUEUE.min(Duration::from_secs(seconds))
+        })
     }))
 }
 

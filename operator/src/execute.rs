@@ -1,12 +1,16 @@
 //! Execute: the node calls and pod operations of each pool's plan (ring and config
-//! pushes, rebalances, evictions, in-place resizes), in order, with their events.
+//! pushes, rebalances, evictions, in-place resizes), in order, with their events; and
+//! what the node-loss plan says about pods on lost Kubernetes nodes (mark NotReady,
+//! force-delete with their node-local claims).
 //!
 //! A failed node call ends that pool's pass; the next pass plans again from what the
-//! nodes then report.
+//! nodes then report. A failed node-loss write is logged and tried again next pass.
 //!
 //! Owns: the order of a plan's node calls and pod operations, with their events and
-//! metrics. Imports `controller` only for [`Context`]; must not decide what to do (that
-//! is `plan`), write children (`apply`) or the status (`status`).
+//! metrics. Imports `controller` only for [`Context`], and `observe` for the reads a
+//! force delete needs first (claims, volumes, the other nodes' Leases); must not decide
+//! what to do (that is `plan` and `nodeloss`), write children (`apply`) or the status
+//! (`status`).
 
 use std::sync::atomic::Ordering;
 
@@ -14,18 +18,18 @@ use crds::admin::AdminAction;
 use crds::cachecluster::CacheCluster;
 use crds::node_config::{NodeConfig, NodeDocument};
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, EvictParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 
-use crate::build;
 use crate::controller::Context;
 use crate::error::{Error, Result};
 use crate::metrics::PoolLabels;
+use crate::nodeloss::{self, LostNode, NodeLossPlan};
 use crate::nodes::NodeAdmin;
 use crate::plan::{PoolObservation, PoolPlan, Step};
-use crate::rollout;
 use crate::validate::ValidatedCluster;
+use crate::{build, observe, rollout};
 
 /// Runs the node calls of each pool's plan, in order; a failed call ends that pool's
 /// pass (the next pass plans again from what the nodes then report).
@@ -195,4 +199,125 @@ pub(crate) async fn run_steps(
         }
     }
     Ok(())
+}
+
+/// Acts on the cluster's pods on lost Kubernetes nodes as `plan` says: patches the
+/// `Ready` condition of those still Ready to `False` (`pods/status`, a strategic merge
+/// that merges `conditions` by type), then force-deletes the pods of the node whose turn
+/// it is, each node with a `NodeLost` Warning event. Never fails the pass: a write that
+/// fails is logged and planned again on the next one (the ring change matters more).
+pub(crate) async fn run_node_loss(
+    ctx: &Context,
+    cc: &CacheCluster,
+    namespace: &str,
+    plan: &NodeLossPlan,
+) {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = PatchParams {
+        field_manager: Some(crate::apply::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let now = crate::now();
+    for lost in &plan.lost {
+        let patch = nodeloss::not_ready_patch(&lost.node, lost.lost_seconds, &now);
+        let mut marked = Vec::new();
+        for name in &lost.mark_not_ready {
+            match pods
+                .patch_status(name, &params, &Patch::Strategic(&patch))
+                .await
+            {
+                Ok(_) => marked.push(name.clone()),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => {
+                    tracing::warn!(pod = %name, node = %lost.node, error = %crate::chain(&err), "cannot mark a pod on a lost node NotReady (the chart grants patch on pods/status)");
+                }
+            }
+        }
+        if !marked.is_empty() {
+            tracing::warn!(node = %lost.node, lost_seconds = lost.lost_seconds, pods = ?marked, "node lost: pods marked NotReady");
+            ctx.publish(
+                cc,
+                EventType::Warning,
+                nodeloss::NODE_LOST_REASON,
+                nodeloss::marked_note(lost, &marked),
+            )
+            .await;
+        }
+    }
+    if let Some(lost) = plan.force_deleting() {
+        force_delete(ctx, cc, namespace, lost).await;
+    }
+}
+
+/// Force-deletes (grace period 0, on the UID observed) the pods of lost node `lost`,
+/// each after its claims whose volume is pinned to that node, once the API server is
+/// seen to hear from some other node.
+async fn force_delete(ctx: &Context, cc: &CacheCluster, namespace: &str, lost: &LostNode) {
+    let leases = match observe::observe_node_leases(&ctx.client).await {
+        Ok(leases) => leases,
+        Err(err) => {
+            tracing::warn!(node = %lost.node, error = %crate::chain(&err), "cannot list node Leases: the pods of a lost node are not force-deleted (the chart grants list on leases in kube-node-lease)");
+            return;
+        }
+    };
+    if !nodeloss::others_alive(&leases, &lost.node, &crate::now()) {
+        tracing::warn!(node = %lost.node, "no node renews its Lease: the control plane may be cut off from the nodes; the pods of the lost node are not force-deleted");
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let on_uid = |uid: &Option<String>| {
+        Some(Preconditions {
+            uid: uid.clone(),
+            resource_version: None,
+        })
+    };
+    let mut deleted = Vec::new();
+    let mut deleted_claims = Vec::new();
+    'pods: for pod in &lost.force_delete {
+        let claims = match observe::observe_claims(&ctx.client, namespace, &pod.claims).await {
+            Ok(claims) => claims,
+            Err(err) => {
+                tracing::warn!(pod = %pod.name, error = %crate::chain(&err), "cannot read the claims of a pod on a lost node: not force-deleted this pass");
+                continue;
+            }
+        };
+        for claim in nodeloss::node_local_claims(&claims, &lost.node, lost.hostname.as_deref()) {
+            let params = DeleteParams {
+                preconditions: on_uid(&claim.uid),
+                ..DeleteParams::background()
+            };
+            match pvcs.delete(&claim.name, &params).await {
+                Ok(_) => deleted_claims.push(claim.name.clone()),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => {
+                    tracing::warn!(claim = %claim.name, error = %crate::chain(&err), "cannot delete the node-local claim of a pod on a lost node: the pod is not force-deleted this pass");
+                    continue 'pods;
+                }
+            }
+        }
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: on_uid(&pod.uid),
+            ..DeleteParams::background()
+        };
+        match pods.delete(&pod.name, &params).await {
+            Ok(_) => deleted.push(pod.name.clone()),
+            // Gone already, or a replacement of that name (another UID): nothing to do.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(err) => {
+                tracing::warn!(pod = %pod.name, error = %crate::chain(&err), "cannot force-delete a pod on a lost node (the chart grants delete on pods)");
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        tracing::warn!(node = %lost.node, lost_seconds = lost.lost_seconds, pods = ?deleted, claims = ?deleted_claims, "node lost: pods force-deleted");
+        ctx.publish(
+            cc,
+            EventType::Warning,
+            nodeloss::NODE_LOST_REASON,
+            nodeloss::force_deleted_note(lost, &deleted, &deleted_claims),
+        )
+        .await;
+    }
 }

@@ -4,7 +4,8 @@
 //! - [`validate`]: CacheCluster → validated model; `build`: pure object builders.
 //! - `observe`, `apply`: read-only I/O and server-side apply.
 //! - `plan`: the pure per-pass planner (ring states, live config, resizes, restarts
-//!   with handoff, scaling); `ring`: the published ring; `nodes`: calls to nodes.
+//!   with handoff, scaling); `ring`: the published ring; `nodes`: calls to nodes;
+//!   `nodeloss`: when a Kubernetes node is lost and what to do with its pods (pure).
 //! - `rollout`: pod readiness and template readers; `status`: conditions and pool
 //!   figures.
 //! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
@@ -12,8 +13,8 @@
 //! - [`simulate`]: the pure half of each pass driven against simulated pods and nodes,
 //!   for the control-plane bench and the tests at the CRD's limits.
 //!
-//! Layering (checked by `scripts/check-layers`): `validate`, `plan`, `ring`, `rollout`
-//! and `build/` are pure (no kube client, tokio, network or file I/O), and so is
+//! Layering (checked by `scripts/check-layers`): `validate`, `plan`, `nodeloss`, `ring`,
+//! `rollout` and `build/` are pure (no kube client, tokio, network or file I/O), and so is
 //! `simulate` (not in the script's list yet); the I/O is in `observe`, `apply`,
 //! `execute`, `nodes`, `secrets`, `status`, `leader` and `metrics`; `controller` wires
 //! them.
@@ -27,6 +28,7 @@ pub mod error;
 mod execute;
 pub mod leader;
 pub mod metrics;
+pub(crate) mod nodeloss;
 pub(crate) mod nodes;
 pub(crate) mod observe;
 pub(crate) mod plan;

@@ -1,7 +1,9 @@
 //! Observe, the first step of a pass: read-only I/O. Owns the reading of a cluster's
-//! children as they are now (StatefulSets, pods, pool ConfigMaps), of the zone of the
-//! Nodes its pods run on, and of what each Ready node reports, turned into the planner's
-//! [`PoolObservation`]s. Writes nothing: no server-side apply, no status, no events, no
+//! children as they are now (StatefulSets, pods, pool ConfigMaps), of the zone and
+//! health of the Nodes its pods run on (the Node and its heartbeat Lease), of what each
+//! Ready node reports, turned into the planner's [`PoolObservation`]s, and of what a
+//! force delete on a lost node needs (the pods' claims and volumes, the other nodes'
+//! Leases). Writes nothing: no server-side apply, no status, no events, no
 //! node configure/rebalance calls (those are `apply`, `status` and `execute`); it does
 //! not import `controller`.
 //!
@@ -9,7 +11,8 @@
 //! the operator's other rights are namespaced. Zones are an improvement, never a
 //! condition: a Node that cannot be read (no permission, gone, an API error) leaves its
 //! pods' zone unknown and the pass goes on; the first such failure, and the first Node
-//! without a zone label, are logged once per process.
+//! without a zone label, are logged once per process. Node health is the same: a Node or
+//! Lease that cannot be read says nothing (not lost), logged once (`nodeloss`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +21,14 @@ use crds::cachecluster::CacheClusterStatus;
 use crds::node_config::{NodeDocument, Topology};
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::build::{self, names};
 use crate::error::{Error, Result};
+use crate::nodeloss::{self, NodeHealth, ObservedClaim};
 use crate::nodes::NodeAdmin;
 use crate::plan::{NodeView, PoolObservation};
 use crate::validate::ValidatedCluster;
@@ -41,6 +46,9 @@ pub struct Observed {
     /// The Nodes the pods run on that could be read, by name: their zone label (`None`:
     /// none, or empty).
     pub node_zones: BTreeMap<String, Option<String>>,
+    /// The health of the Nodes the pods run on, by name (from the Node and its Lease;
+    /// what could not be read is unknown).
+    pub node_health: BTreeMap<String, NodeHealth>,
 }
 
 /// The Node label naming the zone a node is in (set by cloud providers, or by hand).
@@ -53,6 +61,7 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub struct NodeReadWarnings {
     unreadable: AtomicBool,
     unlabelled: AtomicBool,
+    lease_unreadable: AtomicBool,
 }
 
 impl NodeReadWarnings {
@@ -90,6 +99,13 @@ impl Observed {
             .collect()
     }
 
+    /// Seconds since the last heartbeat of the Node `pod` runs on, when that Node is lost.
+    pub fn node_lost_seconds(&self, pod: &Pod) -> Option<u64> {
+        self.node_health
+            .get(nodeloss::node_of(pod)?)?
+            .lost_seconds()
+    }
+
     /// Where `pod` runs: its Node's zone when the pod is scheduled and its Node was read.
     pub fn zone_of(&self, pod: &Pod) -> ring::PodZone {
         pod.spec
@@ -103,7 +119,7 @@ impl Observed {
 }
 
 /// Lists the StatefulSets, pods and ConfigMaps of the cluster named `cluster` in
-/// `namespace`, and reads the zone of the Nodes its pods run on.
+/// `namespace`, and reads the zone and health of the Nodes its pods run on.
 ///
 /// # Errors
 /// [`Error::Observe`] when a list call fails (reading Nodes never fails the pass).
@@ -118,32 +134,59 @@ pub async fn observe(
     let statefulsets = list::<StatefulSet>(client, namespace, cluster, &params).await?;
     let pods = list::<Pod>(client, namespace, cluster, &params).await?;
     let configmaps = list::<ConfigMap>(client, namespace, cluster, &params).await?;
-    let node_zones = observe_node_zones(client, &pods, warnings).await;
+    let (node_zones, node_health) = observe_nodes(client, &pods, warnings).await;
     Ok(Observed {
         statefulsets,
         pods,
         configmaps,
         node_zones,
+        node_health,
     })
 }
 
-/// The zone label of each Node `pods` run on that can be read (metadata only, one `get`
-/// per Node, at once). A Node that cannot be read is left out: its pods' zone is unknown
-/// this pass, and the ring keeps what it published for them.
-async fn observe_node_zones(
+/// The zone label and the health of each Node `pods` run on: one `get` of the Node and
+/// one of its heartbeat Lease per Node, all at once. A Node that cannot be read is left
+/// out of the zones (its pods' zone is unknown this pass, and the ring keeps what it
+/// published for them); what cannot be read of a Node or its Lease is unknown in its
+/// health, which then never says lost on that account.
+async fn observe_nodes(
     client: &Client,
     pods: &[Pod],
     warnings: &NodeReadWarnings,
-) -> BTreeMap<String, Option<String>> {
-    let names: BTreeSet<&str> = pods
-        .iter()
-        .filter_map(|pod| pod.spec.as_ref()?.node_name.as_deref())
-        .filter(|name| !name.is_empty())
-        .collect();
+) -> (
+    BTreeMap<String, Option<String>>,
+    BTreeMap<String, NodeHealth>,
+) {
+    let names: BTreeSet<&str> = pods.iter().filter_map(nodeloss::node_of).collect();
     let api: Api<Node> = Api::all(client.clone());
-    let reads = join_all(names.iter().map(|name| api.get_metadata_opt(name))).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), nodeloss::NODE_LEASE_NAMESPACE);
+    let (reads, lease_reads) = futures::join!(
+        join_all(names.iter().map(|name| api.get_opt(name))),
+        join_all(names.iter().map(|name| leases.get_opt(name))),
+    );
+    let now = crate::now();
     let mut zones = BTreeMap::new();
-    for (name, read) in names.into_iter().zip(reads) {
+    let mut health = BTreeMap::new();
+    for ((name, read), lease_read) in names.into_iter().zip(reads).zip(lease_reads) {
+        let lease = match lease_read {
+            Ok(lease) => lease,
+            Err(err) => {
+                if NodeReadWarnings::first(&warnings.lease_unreadable) {
+                    tracing::warn!(node = name, namespace = nodeloss::NODE_LEASE_NAMESPACE, error = %crate::chain(&err), "cannot read the heartbeat Lease of the node a pod runs on: a lost node is found only once the node controller marks it (the chart grants get on leases in kube-node-lease; logged once)");
+                } else {
+                    tracing::debug!(node = name, error = %crate::chain(&err), "cannot read node lease");
+                }
+                None
+            }
+        };
+        let node = match &read {
+            Ok(node) => node.as_ref(),
+            Err(_) => None,
+        };
+        health.insert(
+            name.to_owned(),
+            nodeloss::node_health(node, lease.as_ref(), &now),
+        );
         match read {
             Ok(Some(node)) => {
                 let zone = node
@@ -171,7 +214,7 @@ async fn observe_node_zones(
             }
         }
     }
-    zones
+    (zones, health)
 }
 
 /// Per pool: its pods as the plan sees them, with what each Ready node reports
@@ -191,7 +234,8 @@ pub(crate) async fn observe_pools(
         let pods = observed.pods_of(&pool.name);
         let reports = join_all(pods.iter().map(|pod| async {
             let ip = pod_ip(pod)?;
-            if !rollout::is_ready(pod) {
+            // Nothing on a lost node answers: asking would only cost the connect timeout.
+            if !rollout::is_ready(pod) || observed.node_lost_seconds(pod).is_some() {
                 return None;
             }
             match admin.report(&ip).await {
@@ -226,6 +270,8 @@ pub(crate) async fn observe_pools(
                     unready_seconds: rollout::unready_seconds(pod, &crate::now()),
                     memory_limit,
                     memory_applied,
+                    host: nodeloss::node_of(pod).map(str::to_owned),
+                    node_lost_seconds: observed.node_lost_seconds(pod),
                     name,
                 })
             })
@@ -242,6 +288,53 @@ pub(crate) async fn observe_pools(
         observations.push(observation);
     }
     observations
+}
+
+/// The StatefulSet claims `claims` of a pod on a lost node in `namespace`, each with the
+/// PersistentVolume bound to it (`None` when unbound; a claim that no longer exists is
+/// left out).
+///
+/// # Errors
+/// The first failed read: the pod is then not force-deleted this pass (deleting it while
+/// its node-local claim stays would leave its replacement Pending for good).
+pub(crate) async fn observe_claims(
+    client: &Client,
+    namespace: &str,
+    claims: &[String],
+) -> Result<Vec<ObservedClaim>, kube::Error> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let mut observed = Vec::with_capacity(claims.len());
+    for name in claims {
+        let Some(claim) = pvcs.get_opt(name).await? else {
+            continue;
+        };
+        let volume_name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty());
+        let volume = match volume_name {
+            Some(volume) => pvs.get_opt(volume).await?,
+            None => None,
+        };
+        observed.push(ObservedClaim {
+            name: name.clone(),
+            uid: claim.uid(),
+            volume,
+        });
+    }
+    Ok(observed)
+}
+
+/// Every node's heartbeat Lease (for [`nodeloss::others_alive`], read only when a force
+/// delete is due).
+///
+/// # Errors
+/// The list failed (no permission, an API error): no force delete this pass.
+pub(crate) async fn observe_node_leases(client: &Client) -> Result<Vec<Lease>, kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), nodeloss::NODE_LEASE_NAMESPACE);
+    Ok(leases.list(&ListParams::default()).await?.items)
 }
 
 /// The image of the pod's node container (the one the StatefulSet names `node`).

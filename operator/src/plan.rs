@@ -77,12 +77,54 @@ pub struct NodeView {
     pub zone: ring::PodZone,
     /// The image of its node container.
     pub image: Option<String>,
+    /// The Kubernetes node the pod is bound to.
+    pub host: Option<String>,
+    /// Seconds since the last heartbeat of its Kubernetes node, when that node is lost
+    /// (`nodeloss`): its pod may still say Ready, but nothing there answers.
+    pub node_lost_seconds: Option<u64>,
 }
 
 impl NodeView {
     fn reachable(&self) -> Option<&str> {
         if self.ready { self.ip.as_deref() } else { None }
     }
+
+    /// Ready, and not on a lost node: what the status and metrics count as ready.
+    pub fn serving(&self) -> bool {
+        self.ready && self.node_lost_seconds.is_none()
+    }
+
+    /// The node as the planner sees it: a pod on a lost Kubernetes node is unready since
+    /// the node's last heartbeat, whatever its Ready condition still says, so it leaves
+    /// the key space on the path of any unready member (after
+    /// [`OUT_OF_RING_AFTER_UNREADY_SECONDS`], which a lost node has long passed) and
+    /// nobody calls it.
+    fn accounting_for_node_loss(&self) -> Self {
+        let mut node = self.clone();
+        if let Some(lost) = self.node_lost_seconds {
+            node.ready = false;
+            node.ready_seconds = 0;
+            node.unready_seconds = node.unready_seconds.max(lost);
+            node.report = None;
+        }
+        node
+    }
+}
+
+/// `observed` with the pods on lost Kubernetes nodes counted unready
+/// ([`NodeView::accounting_for_node_loss`]); borrowed as is when there are none.
+fn accounting_for_node_loss(observed: &PoolObservation) -> std::borrow::Cow<'_, PoolObservation> {
+    if observed.nodes.iter().all(|n| n.node_lost_seconds.is_none()) {
+        return std::borrow::Cow::Borrowed(observed);
+    }
+    std::borrow::Cow::Owned(PoolObservation {
+        nodes: observed
+            .nodes
+            .iter()
+            .map(NodeView::accounting_for_node_loss)
+            .collect(),
+        ..observed.clone()
+    })
 }
 
 /// A pool as observed at the start of a pass.
@@ -190,6 +232,7 @@ pub fn plan_pool(
     pool: &ValidatedPool,
     observed: &PoolObservation,
 ) -> PoolPlan {
+    let observed = &*accounting_for_node_loss(observed);
     let shards = pool.shards;
     let by_ordinal: BTreeMap<i32, &NodeView> =
         observed.nodes.iter().map(|n| (n.ordinal, n)).collect();
@@ -551,6 +594,8 @@ mod tests {
             memory_applied: Some(512 << 20),
             zone: ring::PodZone::Unknown,
             image: Some("flightcache/node:test".into()),
+            host: Some(format!("worker-{ordinal}")),
+            node_lost_seconds: None,
         }
     }
 
@@ -904,6 +949,89 @@ mod tests {
                 Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_member_on_a_lost_node_leaves_the_key_space_at_detection_though_its_pod_says_ready() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let mut observed = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| node(o, true, true, report(3, 1, 10)))
+                .collect(),
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        // The pod still says Ready (nothing updates it), its node has been silent 20 s.
+        observed.nodes[1].report = None;
+        observed.nodes[1].node_lost_seconds = Some(crate::nodeloss::NODE_LOST_AFTER_SECONDS);
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert_eq!(plan.layout.topology.version, 2);
+        assert_eq!(
+            ring::state_of(&plan.layout.topology, &cluster, pool, 1),
+            Some(MemberState::Joining)
+        );
+        // The ring goes to the others only: nothing on the lost node is called.
+        assert_eq!(
+            plan.steps,
+            [Step::PushRing(vec![
+                ("demo-hot-0".into(), "10.0.0.0".into()),
+                ("demo-hot-2".into(), "10.0.0.2".into()),
+            ])]
+        );
+        assert_eq!(plan.phase, Phase::WaitingForNodes);
+        assert!(!observed.nodes[1].serving());
+
+        // The same pod on a node that answers is left alone.
+        observed.nodes[1].node_lost_seconds = None;
+        observed.nodes[1].report = report(3, 1, 10);
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert_eq!(plan.layout.topology.version, 1);
+        assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn a_lost_node_gets_no_config_push_and_holds_live_config_back_like_an_unready_one() {
+        let mut cluster = validated(&[("hot", 2)]);
+        cluster.generation = 4;
+        let mut observed = PoolObservation {
+            statefulset_replicas: Some(2),
+            nodes: (0..2)
+                .map(|o| node(o, true, true, report(3, 1, 1)))
+                .collect(),
+            previous: Some(settled_ring(&cluster, 2)),
+            seen_ring_version: 1,
+        };
+        observed.nodes[0].node_lost_seconds = Some(25);
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert!(
+            plan.steps
+                .iter()
+                .all(|s| !matches!(s, Step::PushConfig(name, _) if name == "demo-hot-0")),
+            "{:?}",
+            plan.steps
+        );
+    }
+
+    #[test]
+    fn when_every_node_is_lost_the_ring_keeps_its_owners() {
+        let cluster = validated(&[("hot", 2)]);
+        let pool = &cluster.pools[0];
+        let observed = PoolObservation {
+            statefulset_replicas: Some(2),
+            nodes: (0..2)
+                .map(|o| NodeView {
+                    node_lost_seconds: Some(60),
+                    ..node(o, true, true, None)
+                })
+                .collect(),
+            previous: Some(settled_ring(&cluster, 2)),
+            seen_ring_version: 1,
+        };
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert_eq!(plan.layout.topology.version, 1);
+        assert_eq!(plan.steps, []);
     }
 
     #[test]

@@ -298,6 +298,8 @@ impl SimCluster {
                     // The simulated cluster has no zones.
                     zone: crate::ring::PodZone::Known(None),
                     image: Some(pool.image.clone()),
+                    host: None,
+                    node_lost_seconds: None,
                 }
             })
             .collect();

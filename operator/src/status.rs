@@ -272,11 +272,11 @@ pub(crate) fn pool_statuses(
             PoolStatus {
                 name: pool.name.clone(),
                 shards: pool.shards,
-                ready_shards: count(nodes_in_pool().filter(|n| n.ready).count()),
+                ready_shards: count(nodes_in_pool().filter(|n| n.serving()).count()),
                 config_generation: target,
                 updated_shards: count(
                     nodes_in_pool()
-                        .filter(|n| n.ready && n.current_template && at_target(n))
+                        .filter(|n| n.serving() && n.current_template && at_target(n))
                         .count(),
                 ),
                 configured_shards: count(nodes_in_pool().filter(|n| at_target(n)).count()),
@@ -287,7 +287,10 @@ pub(crate) fn pool_statuses(
                     &cluster.namespace,
                     cluster.port,
                 )),
-                phase: Some(describe_phase(&plan.phase)),
+                phase: Some(match lost_nodes_note(&observation.nodes) {
+                    Some(lost) => format!("{}; {lost}", describe_phase(&plan.phase)),
+                    None => describe_phase(&plan.phase),
+                }),
                 memory_resize: {
                     let resizing = observation
                         .nodes
@@ -318,7 +321,7 @@ pub(crate) fn pool_statuses(
                     .iter()
                     .map(|n| NodeStatus {
                         name: n.name.clone(),
-                        ready: n.ready,
+                        ready: n.serving(),
                         state: plan
                             .layout
                             .topology
@@ -362,6 +365,46 @@ fn describe_phase(phase: &Phase) -> String {
         Phase::ScalingOut(joining) => format!("ScalingOut {}", nodes(joining)),
         Phase::ScalingIn(leaving) => format!("ScalingIn {}", nodes(leaving)),
     }
+}
+
+/// What a pool's phase adds while some of its pods run on lost Kubernetes nodes
+/// (`nodeloss`): each such node, its pods and how long it has been silent, e.g.
+/// `node lost: worker-2 (demo-hot-1, 25 s without a heartbeat)`. At most
+/// [`PHASE_NODES`] nodes named.
+fn lost_nodes_note(nodes: &[NodeView]) -> Option<String> {
+    let mut lost: std::collections::BTreeMap<&str, (u64, Vec<&str>)> =
+        std::collections::BTreeMap::new();
+    for node in nodes {
+        if let Some(seconds) = node.node_lost_seconds {
+            let entry = lost
+                .entry(node.host.as_deref().unwrap_or("?"))
+                .or_insert((seconds, Vec::new()));
+            entry.0 = entry.0.max(seconds);
+            entry.1.push(&node.name);
+        }
+    }
+    if lost.is_empty() {
+        return None;
+    }
+    let count = lost.len();
+    let mut named: Vec<String> = lost
+        .into_iter()
+        .take(PHASE_NODES)
+        .map(|(host, (seconds, pods))| {
+            format!(
+                "{host} ({}, {seconds} s without a heartbeat)",
+                pods.join(",")
+            )
+        })
+        .collect();
+    if count > PHASE_NODES {
+        named.push(format!("and {} more", count - PHASE_NODES));
+    }
+    Some(format!(
+        "node{} lost: {}",
+        if count > 1 { "s" } else { "" },
+        named.join("; ")
+    ))
 }
 
 /// Most nodes the status lists in `pools[].nodes`, over all pools.
@@ -510,6 +553,41 @@ mod tests {
         ];
         limit_listed_nodes(&mut starting, 100);
         assert_eq!((starting[0].nodes.len(), starting[1].nodes.len()), (50, 50));
+    }
+
+    #[test]
+    fn a_pool_with_pods_on_a_lost_node_says_so_in_its_phase() {
+        let view = |name: &str, host: &str, lost: Option<u64>| NodeView {
+            name: name.into(),
+            ordinal: 0,
+            ready: true,
+            current_template: true,
+            ip: None,
+            report: None,
+            ready_seconds: 0,
+            unready_seconds: 0,
+            memory_limit: None,
+            memory_applied: None,
+            zone: crate::ring::PodZone::Unknown,
+            image: None,
+            host: Some(host.into()),
+            node_lost_seconds: lost,
+        };
+        assert_eq!(
+            lost_nodes_note(&[view("demo-hot-0", "worker-1", None)]),
+            None
+        );
+        assert_eq!(
+            lost_nodes_note(&[
+                view("demo-hot-0", "worker-1", None),
+                view("demo-hot-1", "worker-2", Some(25)),
+                view("demo-hot-2", "worker-2", Some(26)),
+            ])
+            .as_deref(),
+            Some("node lost: worker-2 (demo-hot-1,demo-hot-2, 26 s without a heartbeat)")
+        );
+        // Counted as not ready although its pod still says Ready.
+        assert!(!view("demo-hot-1", "worker-2", Some(25)).serving());
     }
 
     #[test]

@@ -764,3 +764,196 @@ async fn the_service_monitor_follows_the_monitoring_toggle() {
     assert!(gone.is_none(), "{gone:?}");
     ns.delete().await;
 }
+
+/// The taint that keeps every scheduled pod off the test's fake Nodes (they are also
+/// unschedulable): no other test's pod may land on a node no kubelet runs.
+const FAKE_NODE_TAINT: &str = "flightcache.dev/fake-node";
+
+/// A Node object no kubelet runs, with its heartbeat Lease last renewed `silent_for`
+/// seconds ago (created, or moved back if it exists).
+async fn stale_node(client: &Client, name: &str, silent_for: i64) {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    if nodes.get_opt(name).await.unwrap().is_none() {
+        let mut node = Node::default();
+        node.metadata.name = Some(name.into());
+        node.metadata.labels = Some(BTreeMap::from([
+            ("kubernetes.io/hostname".into(), name.into()),
+            ("flightcache.dev/test".into(), "true".into()),
+        ]));
+        node.spec = Some(NodeSpec {
+            unschedulable: Some(true),
+            taints: Some(vec![Taint {
+                key: FAKE_NODE_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
+        node.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        });
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renewed = Timestamp::now() - SignedDuration::from_secs(silent_for);
+    let lease = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.into()),
+            lease_duration_seconds: Some(40),
+            renew_time: Some(MicroTime(renewed)),
+            ..LeaseSpec::default()
+        }),
+    };
+    leases
+        .patch(
+            name,
+            &PatchParams::apply("flightcache-tests").force(),
+            &Patch::Apply(&lease),
+        )
+        .await
+        .unwrap();
+}
+
+async fn delete_stale_node(client: &Client, name: &str) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node;
+    let _ = Api::<Node>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+fn ready_condition(pod: &Pod) -> (String, Option<String>) {
+    let c = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .unwrap_or_else(|| panic!("no Ready condition in {:?}", pod.status));
+    (c.status.clone(), c.reason.clone())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_pod_on_a_lost_node_is_marked_not_ready_then_force_deleted() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-nodeloss").await;
+    let lost = format!("fc-lost-{}", ns.name);
+    let alive = format!("fc-alive-{}", ns.name);
+    // Some node is heard from (the operator force-deletes only then), one is silent 25 s:
+    // lost, not yet due for a force delete.
+    stale_node(&client, &alive, 0).await;
+    stale_node(&client, &lost, 25).await;
+
+    // A pod of the cluster bound to the silent node, Ready as its kubelet last said. Its
+    // pool is not in the spec, so no StatefulSet adopts it.
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), &ns.name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sa.get_opt("default").await.unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no default ServiceAccount"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "demo-ghost-0", "labels": {
+            "app.kubernetes.io/name": "flightcache-node",
+            "app.kubernetes.io/instance": "demo",
+            "flightcache.dev/pool": "ghost",
+        }},
+        "spec": {
+            "nodeName": lost,
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "node", "image": "flightcache-node:e2e"}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let ready = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+    ]}});
+    pods.patch_status(
+        "demo-ghost-0",
+        &PatchParams::default(),
+        &Patch::Strategic(&ready),
+    )
+    .await
+    .unwrap();
+
+    let created = create_cluster(&client, &ns.name, &[("hot", 1)]).await;
+    let ctx = context(&client);
+    reconcile(Arc::new(created), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    let marked = pods.get("demo-ghost-0").await.unwrap();
+    assert_eq!(
+        ready_condition(&marked),
+        ("False".into(), Some("NodeLost".into()))
+    );
+    assert!(marked.metadata.deletion_timestamp.is_none());
+
+    // Silent a minute and tainted by the node controller: force-deleted.
+    stale_node(&client, &alive, 0).await;
+    stale_node(&client, &lost, 60).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let taint = serde_json::json!({"spec": {"taints": [
+        {"key": FAKE_NODE_TAINT, "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+    ]}});
+    nodes
+        .patch(&lost, &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    assert!(
+        pods.get_opt("demo-ghost-0").await.unwrap().is_none(),
+        "the pod on the lost node is gone"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let notes: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("NodeLost"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("marked NotReady")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("force-deleted demo-ghost-0")),
+        "{notes:?}"
+    );
+
+    delete_stale_node(&client, &lost).await;
+    delete_stale_node(&client, &alive).await;
+    ns.delete().await;
+}

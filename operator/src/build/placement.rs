@@ -46,7 +46,9 @@ pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 /// starts its replacement once the kubelet confirms (the node is back), the Node object is
 /// deleted (a cloud provider removing the machine), or the node is tainted
 /// `node.kubernetes.io/out-of-service`. The toleration shortens the wait before that, not
-/// that rule, which keeps two pods of one identity from ever running at once.
+/// that rule, which keeps two pods of one identity from ever running at once. For a node
+/// that is gone the operator force-deletes the pods itself, before this eviction
+/// (`crate::nodeloss`).
 pub const NODE_LOST_TOLERATION_SECONDS: i64 = 30;
 
 /// The pod template's topology spread constraints: the user's

@@ -85,7 +85,7 @@ impl PoolFigures {
     ) -> Self {
         let in_pool = || observation.nodes.iter().filter(|n| n.ordinal < pool.shards);
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let ready = count(in_pool().filter(|n| n.ready).count());
+        let ready = count(in_pool().filter(|n| n.serving()).count());
         let existing = count(in_pool().count());
         let shards = i64::from(pool.shards);
         Self {
