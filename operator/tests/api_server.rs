@@ -280,9 +280,21 @@ async fn reconcile_creates_owned_children_and_a_second_pass_changes_nothing() {
     );
 
     // Server-side apply is idempotent: a second pass writes no child. (Its status may
-    // differ: the StatefulSet controller has created the Pending pods meanwhile.)
+    // differ: the StatefulSet controller has created the Pending pods meanwhile; and on a
+    // cluster whose nodes carry zones, a ConfigMap may change once: the ring gains each
+    // member's zone when the scheduler has placed its pod. The still-world check below
+    // covers the ConfigMaps too.)
     reconcile(Arc::new(cc), Arc::clone(&ctx)).await.unwrap();
-    assert_eq!(resource_versions(&client, &ns.name).await, versions);
+    let not_configmaps = |versions: BTreeMap<String, String>| {
+        versions
+            .into_iter()
+            .filter(|(object, _)| !object.starts_with("cm/"))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        not_configmaps(resource_versions(&client, &ns.name).await),
+        not_configmaps(versions.clone())
+    );
     // Once the world stands still, a pass writes nothing at all, status included. The
     // StatefulSet controller, scheduler and kubelet move the pods on their own time, so
     // a pass is judged only when the pods and StatefulSets it reads were the same before
