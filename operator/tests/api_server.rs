@@ -309,12 +309,21 @@ async fn reconcile_creates_owned_children_and_a_second_pass_changes_nothing() {
             .unwrap();
         let settled = fetch(&client, &ns.name).await;
         let settled_version = settled.resource_version();
+        let children_settled = resource_versions(&client, &ns.name).await;
         reconcile(Arc::new(settled), Arc::clone(&ctx))
             .await
             .unwrap();
-        assert_eq!(resource_versions(&client, &ns.name).await, versions);
+        let children_after = resource_versions(&client, &ns.name).await;
+        assert_eq!(
+            not_configmaps(children_after.clone()),
+            not_configmaps(versions.clone())
+        );
         let status_version = fetch(&client, &ns.name).await.resource_version();
         if world_versions(&client, &ns.name).await == world_before {
+            assert_eq!(
+                children_after, children_settled,
+                "a pass over an unchanged world rewrote a child ({moved} earlier tries saw pods move)"
+            );
             assert_eq!(
                 status_version, settled_version,
                 "status unchanged by a pass over an unchanged world ({moved} earlier tries saw pods move)"
