@@ -182,19 +182,6 @@ pub fn node_of(pod: &Pod) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
-/// Whether the pod's `Ready` condition is `True` (a terminating pod's included: it may
-/// still be a serving endpoint).
-fn ready_condition_true(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-}
-
 /// The claims a StatefulSet made for `pod` from its volume claim templates: its volumes
 /// whose claim is named `<volume>-<pod>` (the StatefulSet names a template's claim
 /// after the template and the pod, and the volume after the template). Claims the user
@@ -301,7 +288,7 @@ pub fn plan_node_loss(pods: &[Pod], health: &BTreeMap<String, NodeHealth>) -> No
         };
         let entry = &mut lost[index];
         entry.pods.push(pod.name_any());
-        if ready_condition_true(pod) {
+        if crate::rollout::ready_condition_true(pod) {
             entry.mark_not_ready.push(pod.name_any());
         }
     }

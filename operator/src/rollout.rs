@@ -12,16 +12,20 @@ use kube::ResourceExt;
 
 /// Whether a pod is Ready (and not terminating).
 pub fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|status| status.conditions.as_ref())
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
+    pod.metadata.deletion_timestamp.is_none() && ready_condition_true(pod)
+}
+
+/// Whether the pod's `Ready` condition is `True` (a terminating pod's included: it may
+/// still be a serving endpoint).
+pub fn ready_condition_true(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
 }
 
 /// Seconds since the pod became Ready, as of `now` (0 when it is not Ready).
