@@ -38,7 +38,8 @@ Targets:
   change), with two copies 0.5%. Losing one node's share (a third of the keys) breaks
   every 0.5% budget by two orders of magnitude;
 - every bound above is enforced: a scenario over it fails the test (BROKEN lines), but the
-  failed calls of a lost Kubernetes node (`node-lost`, e2e/tests/multi-node), reported as
+  failed calls of a lost or cut-off Kubernetes node (`node-lost`, `node-partition`,
+  e2e/tests/multi-node), reported as
   GAP lines: until the operator sees the node's heartbeat stop (<= 20 s) the client Service
   still sends new connections to its pods, whose addresses answer nothing, and a call
   whose every try lands there runs out its deadline (docs/failure-model.md, "Node loss");
@@ -67,6 +68,8 @@ UNPLANNED = {"pod-delete", "node-kill", "node-crash", "node-frozen", "node-drain
 KNOWN_GAP_FAILED_CALLS = {
     "node-lost": "new connections reach the lost node's pods until the operator marks them "
                  "NotReady (its heartbeat 20 s overdue)",
+    "node-partition": "new connections reach the cut-off node's pods until the operator marks "
+                      "them NotReady (its heartbeat 20 s overdue), as for a lost node",
 }
 # A process dies or hangs with calls on it: those calls are tried again (bounded below).
 LOST_CONNECTIONS = {"node-crash", "node-frozen", "node-lost", "node-partition"}

@@ -58,6 +58,8 @@ pub(crate) async fn run_steps(
         }
         'steps: for step in &plan.steps {
             match step {
+                Step::HoldOut(names) => set_gates(ctx, cc, &pods_api, names, false).await,
+                Step::Admit(names) => set_gates(ctx, cc, &pods_api, names, true).await,
                 Step::PushRing(targets) => {
                     let doc = NodeDocument {
                         config: NodeConfig::default(),
@@ -199,6 +201,54 @@ pub(crate) async fn run_steps(
         }
     }
     Ok(())
+}
+
+/// Opens (`open`) or closes the readiness gate of pods `names`, with an event when a node
+/// is held out. A failed write is logged and planned again next pass; it never ends the
+/// pass (a closed gate only keeps clients away from a node the ring already left).
+async fn set_gates(
+    ctx: &Context,
+    cc: &CacheCluster,
+    pods: &Api<Pod>,
+    names: &[String],
+    open: bool,
+) {
+    let params = PatchParams {
+        field_manager: Some(crate::apply::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let patch = rollout::gate_patch(open, &crate::now());
+    let mut done = Vec::new();
+    for name in names {
+        match pods
+            .patch_status(name, &params, &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => done.push(name.clone()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => {
+                tracing::warn!(pod = %name, open, error = %crate::chain(&err), "cannot set the pod's readiness gate (the chart grants patch on pods/status)");
+            }
+        }
+    }
+    if done.is_empty() {
+        return;
+    }
+    if open {
+        tracing::info!(pods = ?done, "readiness gate opened: the nodes run the current ring");
+    } else {
+        tracing::warn!(pods = ?done, "readiness gate closed: the nodes left the key space while unreachable");
+        ctx.publish(
+            cc,
+            EventType::Warning,
+            "HeldOut",
+            format!(
+                "{} left the key space while unreachable: kept off the client Service until each runs the current ring (and so has dropped what it held)",
+                done.join(", ")
+            ),
+        )
+        .await;
+    }
 }
 
 /// Acts on the cluster's pods on lost Kubernetes nodes as `plan` says: patches the

@@ -426,15 +426,24 @@ pub fn force_deleted_note(lost: &LostNode, deleted: &[String], claims: &[String]
 
 /// The pod status patch that marks a pod on lost node `node` NotReady, as of `now`: a
 /// strategic merge patch of `status.conditions` (merged by `type`, so the other
-/// conditions stay), as the node controller's `MarkPodsNotReady` does later.
+/// conditions stay), as the node controller's `MarkPodsNotReady` does later. It closes the
+/// pod's readiness gate in the same write: a kubelet that comes back and rewrites `Ready`
+/// from what it knew before must find the gate closed, whatever it reads first.
 pub fn not_ready_patch(node: &str, lost_seconds: u64, now: &Time) -> serde_json::Value {
+    let message = format!(
+        "node {node} lost: no heartbeat for {lost_seconds} s (marked by flightcache-operator)"
+    );
     serde_json::json!({"status": {"conditions": [{
         "type": "Ready",
         "status": "False",
         "reason": NODE_LOST_REASON,
-        "message": format!(
-            "node {node} lost: no heartbeat for {lost_seconds} s (marked by flightcache-operator)"
-        ),
+        "message": message,
+        "lastTransitionTime": now,
+    }, {
+        "type": crate::build::names::IN_RING_CONDITION,
+        "status": "False",
+        "reason": NODE_LOST_REASON,
+        "message": message,
         "lastTransitionTime": now,
     }]}})
 }
@@ -868,6 +877,10 @@ mod tests {
             "node worker-2 lost: no heartbeat for 23 s (marked by flightcache-operator)"
         );
         assert_eq!(condition["lastTransitionTime"], "1970-01-01T00:16:40Z");
+        // The readiness gate closes in the same write.
+        let gate = &patch["status"]["conditions"][1];
+        assert_eq!(gate["type"], crate::build::names::IN_RING_CONDITION);
+        assert_eq!(gate["status"], "False");
     }
 
     #[test]

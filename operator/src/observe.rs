@@ -235,7 +235,10 @@ pub(crate) async fn observe_pools(
         let reports = join_all(pods.iter().map(|pod| async {
             let ip = pod_ip(pod)?;
             // Nothing on a lost node answers: asking would only cost the connect timeout.
-            if !rollout::is_ready(pod) || observed.node_lost_seconds(pod).is_some() {
+            // A node up behind its closed gate is asked: it waits for the current ring.
+            let answers = rollout::is_ready(pod)
+                || rollout::gate(pod) == (crate::rollout::Gate::Closed { up: true });
+            if !answers || observed.node_lost_seconds(pod).is_some() {
                 return None;
             }
             match admin.report(&ip).await {
@@ -272,6 +275,7 @@ pub(crate) async fn observe_pools(
                     memory_applied,
                     host: nodeloss::node_of(pod).map(str::to_owned),
                     node_lost_seconds: observed.node_lost_seconds(pod),
+                    gate: rollout::gate(pod),
                     name,
                 })
             })

@@ -37,6 +37,7 @@ use crds::node_config::{MemberState, Topology};
 use crate::build::PoolLayout;
 use crate::nodes::NodeReport;
 use crate::ring;
+use crate::rollout::Gate;
 use crate::validate::{ValidatedCluster, ValidatedPool};
 
 /// How long a joining or returning node's pod must have been Ready before it is
@@ -82,11 +83,20 @@ pub struct NodeView {
     /// Seconds since the last heartbeat of its Kubernetes node, when that node is lost
     /// (`nodeloss`): its pod may still say Ready, but nothing there answers.
     pub node_lost_seconds: Option<u64>,
+    /// The pod's readiness gate, [`crate::build::names::IN_RING_CONDITION`].
+    pub gate: Gate,
 }
 
 impl NodeView {
+    /// The pod IP to call, for a node that answers: Ready, or up behind a closed gate
+    /// (it waits for the ring that opens it).
     fn reachable(&self) -> Option<&str> {
-        if self.ready { self.ip.as_deref() } else { None }
+        let up_behind_gate = matches!(self.gate, Gate::Closed { up: true });
+        if self.ready || up_behind_gate {
+            self.ip.as_deref()
+        } else {
+            None
+        }
     }
 
     /// Ready, and not on a lost node: what the status and metrics count as ready.
@@ -106,6 +116,9 @@ impl NodeView {
             node.ready_seconds = 0;
             node.unready_seconds = node.unready_seconds.max(lost);
             node.report = None;
+            if let Gate::Closed { up } = &mut node.gate {
+                *up = false;
+            }
         }
         node
     }
@@ -149,6 +162,13 @@ pub enum Step {
     Rebalance(String, String),
     /// Restart a node through the Eviction API (after its rebalance moved everything).
     Evict(String),
+    /// Close the readiness gate of these pods (`False`): their members left the key space
+    /// while they could not be reached, so they may hold entries overwritten or
+    /// invalidated since; no client call reaches them until they are admitted again.
+    HoldOut(Vec<String>),
+    /// Open the readiness gate of these pods (`True`): each runs the current ring, so a
+    /// node that was held out has dropped what it held.
+    Admit(Vec<String>),
     /// Push the live config (the new generation) to a node (name, IP).
     PushConfig(String, String),
     /// Push the live config with the byte budget that fits the pool's memory limit.
@@ -360,6 +380,32 @@ pub fn plan_pool(
     };
 
     let mut steps = Vec::new();
+    // Gates first: holding a node out must not wait for a node call that may fail.
+    let held_out: Vec<String> = observed
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.gate == Gate::Open
+                && !n.ready
+                && states.get(&n.ordinal) == Some(&MemberState::Joining)
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    if !held_out.is_empty() {
+        steps.push(Step::HoldOut(held_out));
+    }
+    let admitted: Vec<String> = observed
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.gate == (Gate::Closed { up: true })
+                && n.report.is_some_and(|r| r.ring_version >= topology.version)
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    if !admitted.is_empty() {
+        steps.push(Step::Admit(admitted));
+    }
     let behind: Vec<(String, String)> = observed
         .nodes
         .iter()
@@ -596,6 +642,7 @@ mod tests {
             image: Some("flightcache/node:test".into()),
             host: Some(format!("worker-{ordinal}")),
             node_lost_seconds: None,
+            gate: Gate::Ungated,
         }
     }
 
@@ -948,6 +995,113 @@ mod tests {
                 Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
                 Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()),
             ]
+        );
+    }
+
+    #[test]
+    fn a_node_held_out_takes_no_client_call_until_it_runs_the_ring_that_took_it_out() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let state = |plan: &PoolPlan, o| ring::state_of(&plan.layout.topology, &cluster, pool, o);
+        let gated = |o, ready, gate, report| NodeView {
+            gate,
+            ..node(o, ready, true, report)
+        };
+        let mut down = PoolObservation {
+            statefulset_replicas: Some(3),
+            nodes: (0..3)
+                .map(|o| gated(o, true, Gate::Open, report(3, 1, 10)))
+                .collect(),
+            previous: Some(settled_ring(&cluster, 3)),
+            seen_ring_version: 1,
+        };
+        // Frozen or cut off past the grace: out of the key space, and its gate closed in
+        // the same pass, before any node call that could fail.
+        down.nodes[1] = gated(1, false, Gate::Open, None);
+        down.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS;
+        let out = plan_pool(&cluster, pool, &down);
+        assert_eq!(state(&out, 1), Some(MemberState::Joining));
+        assert_eq!(out.steps[0], Step::HoldOut(vec!["demo-hot-1".into()]));
+        let ring_v2 = out.layout.topology.clone();
+
+        // Back (its containers ready, the gate keeps the pod unready) with the ring from
+        // before: it is sent the ring that says it is out, and not admitted yet.
+        let mut back = down.clone();
+        back.previous = Some(ring_v2.clone());
+        back.seen_ring_version = 2;
+        for n in [0, 2] {
+            back.nodes[n].report = report(3, 2, 12);
+        }
+        back.nodes[1] = gated(1, false, Gate::Closed { up: true }, report(3, 1, 10));
+        back.nodes[1].unready_seconds = 40;
+        let behind = plan_pool(&cluster, pool, &back);
+        assert_eq!(behind.layout.topology.version, 2);
+        assert_eq!(
+            behind.steps,
+            [Step::PushRing(vec![(
+                "demo-hot-1".into(),
+                "10.0.0.1".into()
+            )])]
+        );
+        assert_eq!(state(&behind, 1), Some(MemberState::Joining));
+
+        // Running that ring (and so empty): admitted; still out of the key space until
+        // its pod has been Ready for a moment.
+        back.nodes[1].report = report(3, 2, 0);
+        let admitted = plan_pool(&cluster, pool, &back);
+        assert_eq!(admitted.steps, [Step::Admit(vec!["demo-hot-1".into()])]);
+        assert_eq!(state(&admitted, 1), Some(MemberState::Joining));
+
+        // A node that never answers behind its gate is neither called nor admitted.
+        back.nodes[1] = gated(1, false, Gate::Closed { up: false }, None);
+        let silent = plan_pool(&cluster, pool, &back);
+        assert!(silent.steps.is_empty(), "{:?}", silent.steps);
+    }
+
+    #[test]
+    fn a_new_pods_gate_opens_once_it_runs_the_ring_and_ungated_pods_are_left_alone() {
+        let cluster = validated(&[("hot", 2)]);
+        let pool = &cluster.pools[0];
+        let mut observed = PoolObservation {
+            statefulset_replicas: Some(2),
+            nodes: (0..2)
+                .map(|o| NodeView {
+                    gate: Gate::Closed { up: true },
+                    ..node(o, false, true, None)
+                })
+                .collect(),
+            previous: None,
+            seen_ring_version: 0,
+        };
+        let first = plan_pool(&cluster, pool, &observed);
+        assert!(
+            matches!(first.steps.as_slice(), [Step::PushRing(targets)] if targets.len() == 2),
+            "{:?}",
+            first.steps
+        );
+        observed.previous = Some(first.layout.topology.clone());
+        observed.seen_ring_version = 1;
+        for n in &mut observed.nodes {
+            n.report = report(3, 1, 0);
+        }
+        let second = plan_pool(&cluster, pool, &observed);
+        assert_eq!(
+            second.steps,
+            [Step::Admit(vec!["demo-hot-0".into(), "demo-hot-1".into()])]
+        );
+        // Pods from a template without the gate: nothing to open or close.
+        for n in &mut observed.nodes {
+            n.gate = Gate::Ungated;
+        }
+        observed.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS;
+        let ungated = plan_pool(&cluster, pool, &observed);
+        assert!(
+            !ungated
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::Admit(_) | Step::HoldOut(_))),
+            "{:?}",
+            ungated.steps
         );
     }
 

@@ -10,6 +10,25 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use crate::build::names;
+
+/// A node pod's readiness gate: the condition the operator writes and the kubelet reads
+/// into the pod's Ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// No gate in its spec (a pod of a template from before the gate): Ready is the
+    /// kubelet's alone.
+    Ungated,
+    /// `True`: the node may take client calls.
+    Open,
+    /// Not `True` (absent on a new pod, `False` while held out): the pod is not Ready
+    /// until the operator opens it. `up`: its containers are ready, so it answers.
+    Closed {
+        /// The pod's `ContainersReady` is `True` (and its node is not lost).
+        up: bool,
+    },
+}
+
 /// Whether a pod is Ready (and not terminating).
 pub fn is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && ready_condition_true(pod)
@@ -18,14 +37,67 @@ pub fn is_ready(pod: &Pod) -> bool {
 /// Whether the pod's `Ready` condition is `True` (a terminating pod's included: it may
 /// still be a serving endpoint).
 pub fn ready_condition_true(pod: &Pod) -> bool {
+    condition_true(pod, "Ready")
+}
+
+/// The pod's condition of type `type_` is `True`.
+fn condition_true(pod: &Pod, type_: &str) -> bool {
     pod.status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
         .is_some_and(|conditions| {
             conditions
                 .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .any(|c| c.type_ == type_ && c.status == "True")
         })
+}
+
+/// The pod's readiness gate ([`names::IN_RING_CONDITION`]) as the planner sees it.
+pub fn gate(pod: &Pod) -> Gate {
+    let gated = pod
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.readiness_gates.as_ref())
+        .is_some_and(|gates| {
+            gates
+                .iter()
+                .any(|g| g.condition_type == names::IN_RING_CONDITION)
+        });
+    if !gated {
+        Gate::Ungated
+    } else if condition_true(pod, names::IN_RING_CONDITION) {
+        Gate::Open
+    } else {
+        Gate::Closed {
+            up: pod.metadata.deletion_timestamp.is_none() && condition_true(pod, "ContainersReady"),
+        }
+    }
+}
+
+/// The status patch that sets a pod's readiness gate: `open` (`True`, the node runs the
+/// current ring) or held out (`False`), as of `now` — a strategic merge of
+/// `status.conditions`, merged by type, so the kubelet's conditions stay.
+pub fn gate_patch(open: bool, now: &Time) -> serde_json::Value {
+    let (status, reason, message) = if open {
+        (
+            "True",
+            "RingCurrent",
+            "the node runs the pool's current ring (flightcache-operator)",
+        )
+    } else {
+        (
+            "False",
+            "HeldOut",
+            "out of the key space after it could not be reached; back once it runs the current ring, which drops what it held (flightcache-operator)",
+        )
+    };
+    serde_json::json!({"status": {"conditions": [{
+        "type": names::IN_RING_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }]}})
 }
 
 /// Seconds since the pod became Ready, as of `now` (0 when it is not Ready).

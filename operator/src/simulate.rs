@@ -300,6 +300,9 @@ impl SimCluster {
                     image: Some(pool.image.clone()),
                     host: None,
                     node_lost_seconds: None,
+                    // Gates are the kubelet's and the operator's; a simulated pod is Ready
+                    // when it starts answering.
+                    gate: crate::rollout::Gate::Ungated,
                 }
             })
             .collect();
@@ -396,8 +399,9 @@ impl SimCluster {
                             node.budget_bytes = pool.budget_bytes;
                         }
                     }
-                    // Memory limits are not simulated: every pod already has the pool's.
-                    plan::Step::Resize(_) => {}
+                    // Memory limits and readiness gates are not simulated: every pod
+                    // already has the pool's limit and no gate.
+                    plan::Step::Resize(_) | plan::Step::HoldOut(_) | plan::Step::Admit(_) => {}
                 }
             }
         }

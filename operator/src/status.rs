@@ -572,6 +572,7 @@ mod tests {
             image: None,
             host: Some(host.into()),
             node_lost_seconds: lost,
+            gate: crate::rollout::Gate::Ungated,
         };
         assert_eq!(
             lost_nodes_note(&[view("demo-hot-0", "worker-1", None)]),

@@ -49,6 +49,14 @@ pub const READYZ_PATH: &str = "/readyz";
 pub const LIVEZ_PATH: &str = "/livez";
 /// The gRPC health service name a node reports ready under (the Flight service's).
 pub const FLIGHT_HEALTH_SERVICE: &str = "arrow.flight.protocol.FlightService";
+/// The readiness gate of every node pod: a pod condition only the operator writes, `True`
+/// once the node runs the pool's current ring, `False` while the operator holds the node
+/// out of the key space (unready too long, or its Kubernetes node lost). The kubelet
+/// counts a pod Ready only while it is `True`, so a node that comes back from a freeze or
+/// a network partition takes no client call before it has the ring that tells it it was
+/// out — and so dropped what it held, which may have been overwritten or invalidated
+/// meanwhile (docs/failure-model.md, "Network partition").
+pub const IN_RING_CONDITION: &str = "flightcache.dev/in-ring";
 
 /// Name of the client token Secret the operator generates when `spec.auth` names none.
 pub fn client_token_secret(cluster: &str) -> String {

@@ -16,9 +16,10 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, ContainerResizePolicy, EnvVar,
     EnvVarSource, GRPCAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodReadinessGate,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, SleepAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -345,6 +346,9 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
             tolerations: Some(placement::build_tolerations(pool)),
             topology_spread_constraints: placement::build_spread_constraints(cluster, pool),
             priority_class_name: scheduling.priority_class_name,
+            readiness_gates: Some(vec![PodReadinessGate {
+                condition_type: names::IN_RING_CONDITION.into(),
+            }]),
             ..PodSpec::default()
         }),
     }
