@@ -259,10 +259,15 @@ pub fn choices(
 }
 
 /// The members that held `key` (store bytes) under `previous` but do not under `current`
-/// and are still members of `current` (any state: a draining member still holds its
-/// keys until it has handed them over), except `self_id`, with their current address,
-/// in `previous`'s order. A member that left the ring is not asked: its keys were
-/// handed over while it drained, and it may be gone. Pure.
+/// and are still members of `current`, draining (a draining member still holds its keys
+/// until it has handed them over), except `self_id`, with their current address, in
+/// `previous`'s order. A member that left the ring is not asked: its keys were handed
+/// over while it drained, and it may be gone. Nor is one now `joining`: a member goes
+/// from owning keys back to joining only when the operator took it out of the key space
+/// because it could not be reached (hung, its node lost or cut off), and what it still
+/// holds may since have been overwritten or invalidated on the others — asked before
+/// it has the ring that makes it drop those entries, it would hand back an old value.
+/// Pure.
 pub fn previous_holders(
     previous: &Membership,
     current: &Membership,
@@ -270,10 +275,16 @@ pub fn previous_holders(
     key: &[u8],
 ) -> Vec<Peer> {
     let now_held = current.owners(key);
+    let taken_out = |id: &MemberId| {
+        current
+            .ring
+            .member(id)
+            .is_some_and(|member| member.state() == MemberState::Joining)
+    };
     previous
         .owners(key)
         .into_iter()
-        .filter(|id| Some(id.as_str()) != self_id && !now_held.contains(id))
+        .filter(|id| Some(id.as_str()) != self_id && !now_held.contains(id) && !taken_out(id))
         .filter_map(|id| current.peer(id))
         .collect()
 }
@@ -763,6 +774,27 @@ mod tests {
         // Once n-3 has left the ring it is no longer asked.
         let left = Membership::new(three(3)).unwrap();
         assert!(previous_holders(&before, &left, Some(&new_owner), &moved).is_empty());
+    }
+
+    #[test]
+    fn a_member_taken_out_of_the_key_space_is_not_asked_for_what_it_held() {
+        use node_config::MemberState::{Active, Joining};
+        // n-3 could not be reached (hung, its node lost or cut off): the operator published
+        // it joining. Its old copies may be stale; it must not be asked for them.
+        let before = Membership::new(four(1)).unwrap();
+        let taken_out = Membership::new(topology(
+            2,
+            &[
+                ("n-0", Active),
+                ("n-1", Active),
+                ("n-2", Active),
+                ("n-3", Joining),
+            ],
+        ))
+        .unwrap();
+        let moved = key_owned_by(&before, "n-3");
+        let new_owner = taken_out.ring().owner(&moved).cloned().unwrap();
+        assert!(previous_holders(&before, &taken_out, Some(&new_owner), &moved).is_empty());
     }
 
     #[test]
