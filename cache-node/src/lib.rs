@@ -6,6 +6,7 @@
 //! - [`store`]: the in-memory store (budget, TTL, eviction); no gRPC, no Flight.
 //! - [`wire`]: all gRPC/HTTP/2 framing: sealing entries into frames, DoPut intake
 //!   reservations, serving stored frames and relaying forwarded DoGets.
+//! - [`headers`]: the names of the node's own gRPC metadata headers, in one low module.
 //! - [`ticket`]: the ticket wire format, read by the Flight adapter and the DoGet relay.
 //! - [`cluster`]: what a node does with its peers: forwarding, copies, read repair,
 //!   rebalance and exit handoff, fill leases, the pool fan-out; typed answers.
@@ -24,6 +25,7 @@
 //! layers.
 
 pub mod allocator;
+pub mod assembly;
 pub mod auth;
 pub mod cgroup;
 pub mod client;
@@ -31,6 +33,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod flight;
+pub mod headers;
 pub mod key;
 pub mod live;
 pub mod metrics;
@@ -40,6 +43,7 @@ pub mod readiness;
 pub mod routing;
 pub mod server;
 pub mod store;
+pub mod streams;
 pub mod telemetry;
 pub mod ticket;
 pub mod wire;
