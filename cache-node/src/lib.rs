@@ -16,10 +16,14 @@
 //! - [`client`]: a ring-aware Rust client that goes straight to each key's owner.
 //! - [`put_runtime`]: the lower-priority runtime large put messages are sealed on, so
 //!   hits never queue behind their sealing.
-//! - [`live`]: live reconfiguration; [`metrics`]: Prometheus; [`server`]: start and stop.
+//! - [`assembly`]: one entry assembled from its IPC messages, shared by DoPut and the
+//!   disk tier's reload; [`streams`]: the stream types `flight/` and `cluster/` share.
+//! - [`live`]: live reconfiguration; [`metrics`]: the registry and its instruments (its
+//!   [`metrics::collector`] reads the parts at scrape time); [`server`]: start and stop.
 //!
-//! Layering (checked by `scripts/check-layers`, drawn in `docs/architecture.md`): the
-//! store imports no gRPC or Flight crate; `wire/` does not import `flight/`; `cluster/`
+//! Layering (the floors of every module in `docs/architecture.md`, checked on the
+//! imports by `scripts/check-layers`): imports only go down, in no circle; the store
+//! imports no gRPC or Flight crate; `wire/` does not import `flight/`; `cluster/`
 //! imports neither `flight/` nor `wire/`; `flight/` does not import the relay's
 //! internals; `ticket.rs` imports none of the three. `server.rs` alone stacks the
 //! layers.
