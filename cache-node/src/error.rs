@@ -5,8 +5,8 @@
 //! failures are logged and answered with a bare INTERNAL, never with internal details.
 //!
 //! Owns: [`Error`] and the one `Error` → `Status` mapping. Imports the routing layer's
-//! [`RoutingError`] and the lease header (`cluster::lease`); must not import `flight/`,
-//! `wire/` or the store (their callers map their errors into this one).
+//! [`RoutingError`] and the header names (`crate::headers`); must not import `cluster/`,
+//! `flight/`, `wire/` or the store (their callers map their errors into this one).
 
 use tonic::{Code, Status};
 
