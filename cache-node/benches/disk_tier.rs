@@ -30,7 +30,8 @@ use std::time::{Duration, Instant, SystemTime};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use bytes::Bytes;
 use cache_node::key::CacheKey;
-use cache_node::persist::{DiskMetrics, DiskSettings, DiskTier};
+use cache_node::metrics::DiskMetrics;
+use cache_node::persist::{DiskSettings, DiskTier};
 use cache_node::store::{EvictionPolicy, Store, StoreConfig, SystemClock, TtlMode, batch_weight};
 
 const SHARDS: u64 = 16;

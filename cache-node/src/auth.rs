@@ -33,7 +33,9 @@ use tonic::codegen::{BoxFuture, Service};
 use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 
+use crate::config::Credentials;
 use crate::error::{Error, Result};
+use crate::headers::INTERNAL_HEADER_PREFIX;
 use crate::metrics::Metrics;
 
 /// The gRPC path prefix of the Flight service.
@@ -117,10 +119,6 @@ where
 const MISSING: &str = "this node requires a bearer token: send 'authorization: Bearer <token>', \
                        or call Handshake with basic auth (any user, the token as password)";
 
-/// The prefix of the headers nodes send each other (forwarding, ring version, copies and
-/// their lifetimes); honoured only from peers.
-pub const INTERNAL_HEADER_PREFIX: &str = "x-flightcache-";
-
 /// Who a call comes from, as its credential says. The [`AuthLayer`] puts it into every
 /// authenticated request's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,29 +139,6 @@ impl Caller {
             Self::Peer => "peer",
             Self::Admin => "admin",
         }
-    }
-}
-
-/// The credentials a node accepts.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Credentials {
-    /// Tokens clients may present; empty: clients need none.
-    pub client: Vec<String>,
-    /// The admin token; none: every client may administer the node.
-    pub admin: Option<String>,
-    /// The peer token, which this node also presents to its peers; none: internal
-    /// headers are honoured from every client, and forwarded calls carry the caller's
-    /// own `authorization`.
-    pub peer: Option<String>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("client", &format_args!("{} token(s)", self.client.len()))
-            .field("admin", &self.admin.as_ref().map(|_| "<redacted>"))
-            .field("peer", &self.peer.as_ref().map(|_| "<redacted>"))
-            .finish()
     }
 }
 

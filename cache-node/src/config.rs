@@ -5,9 +5,11 @@
 //! (the `configure` action or a changed config file; see `live.rs`). Parsing happens here,
 //! at the edge; nothing later reads the environment or parses strings.
 //!
-//! Owns: [`Config`] and its validation. Imports the settings types of the layers it
-//! configures (`store`, `auth`, `persist`, `cluster`, `wire`); must not import
-//! `flight/` or `server.rs`. Its only I/O is reading the environment and files (config,
+//! Owns: [`Config`] and its validation, the defaults of every setting, and the plain
+//! settings types the layers it configures read ([`Credentials`] for `auth`,
+//! [`TlsFiles`] for `wire::tls`). Imports of the crate only `store` (its config
+//! type); must not import `auth`, `persist/`, `cluster/`, `wire/`, `flight/` or
+//! `server.rs`. Its only I/O is reading the environment and files (config,
 //! topology, tokens).
 
 use std::net::{IpAddr, SocketAddr};
@@ -20,9 +22,7 @@ use crds::node_config::{
 };
 use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
-use crate::auth::Credentials;
 use crate::store::{self, StoreConfig};
-use crate::wire::tls::TlsFiles;
 
 /// Default Flight listen address: loopback, so a first run exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -296,6 +296,14 @@ pub struct Persistence {
 /// Default of `--reload-deadline`: a volume of a few GiB reloads well within it, and
 /// the pod's liveness allows a minute.
 pub const DEFAULT_RELOAD_DEADLINE: Duration = Duration::from_secs(60);
+/// Default shard count of the disk tier: subdirectories from the first entry.
+pub const DEFAULT_DISK_SHARDS: u32 = 16;
+/// Most shards of the disk tier (a shard is a two-hex-digit directory).
+pub const MAX_DISK_SHARDS: u32 = 256;
+/// Default debounce of the disk tier's access-time updates on hits.
+pub const DEFAULT_DISK_READ_DEBOUNCE: Duration = Duration::from_secs(30);
+/// Default of `--exit-handoff-budget`: longest the exit handoff may take.
+pub const EXIT_HANDOFF_BUDGET: Duration = Duration::from_secs(5);
 
 fn pick_persistence(
     data_dir: Option<PathBuf>,
@@ -314,14 +322,13 @@ fn pick_persistence(
         }
         return Ok(None);
     };
-    let shards = shards.unwrap_or(crate::persist::DEFAULT_SHARDS);
-    if !(crate::persist::DEFAULT_SHARDS..=crate::persist::MAX_SHARDS).contains(&shards) {
+    let shards = shards.unwrap_or(DEFAULT_DISK_SHARDS);
+    if !(DEFAULT_DISK_SHARDS..=MAX_DISK_SHARDS).contains(&shards) {
         return Err(ConfigError::Invalid {
             field: "disk-shards",
             reason: format!(
                 "must be between {} and {}",
-                crate::persist::DEFAULT_SHARDS,
-                crate::persist::MAX_SHARDS
+                DEFAULT_DISK_SHARDS, MAX_DISK_SHARDS
             ),
         });
     }
@@ -333,8 +340,44 @@ fn pick_persistence(
             DEFAULT_RELOAD_DEADLINE,
         )?,
         shards,
-        read_debounce: read_debounce.unwrap_or(crate::persist::DEFAULT_READ_DEBOUNCE),
+        read_debounce: read_debounce.unwrap_or(DEFAULT_DISK_READ_DEBOUNCE),
     }))
+}
+
+/// The credentials a node accepts.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// Tokens clients may present; empty: clients need none.
+    pub client: Vec<String>,
+    /// The admin token; none: every client may administer the node.
+    pub admin: Option<String>,
+    /// The peer token, which this node also presents to its peers; none: internal
+    /// headers are honoured from every client, and forwarded calls carry the caller's
+    /// own `authorization`.
+    pub peer: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("client", &format_args!("{} token(s)", self.client.len()))
+            .field("admin", &self.admin.as_ref().map(|_| "<redacted>"))
+            .field("peer", &self.peer.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Where the node's TLS material is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain (PEM), leaf first.
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// The CA (PEM) peers' certificates are verified against.
+    pub ca: PathBuf,
+    /// Whether connecting clients must present a certificate signed by `ca`.
+    pub client_auth: ClientAuth,
 }
 
 /// The DNS name peers reach a node by, checked before the node reports ready.
@@ -576,8 +619,7 @@ impl Config {
             shutdown_grace: shutdown_grace
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_SHUTDOWN_GRACE),
-            exit_handoff_budget: exit_handoff_budget
-                .unwrap_or(crate::cluster::exit::EXIT_HANDOFF_BUDGET),
+            exit_handoff_budget: exit_handoff_budget.unwrap_or(EXIT_HANDOFF_BUDGET),
             member_id,
             topology,
             log_format,

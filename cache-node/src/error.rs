@@ -5,8 +5,8 @@
 //! failures are logged and answered with a bare INTERNAL, never with internal details.
 //!
 //! Owns: [`Error`] and the one `Error` → `Status` mapping. Imports the routing layer's
-//! [`RoutingError`] and the lease header (`cluster::lease`); must not import `flight/`,
-//! `wire/` or the store (their callers map their errors into this one).
+//! [`RoutingError`] and the header names (`crate::headers`); must not import `cluster/`,
+//! `flight/`, `wire/` or the store (their callers map their errors into this one).
 
 use tonic::{Code, Status};
 
@@ -74,7 +74,7 @@ pub enum Error {
     /// This node has begun to stop (a SIGTERM): it takes no copies of entries (handovers,
     /// replica, fallback and repair writes) and answers no `held` question, so a sender
     /// keeps its entry instead of handing it to a process about to end. Answered with
-    /// [`crate::cluster::forward::STOPPING_HEADER`] so peers tell it from other refusals.
+    /// [`crate::headers::STOPPING_HEADER`] so peers tell it from other refusals.
     #[error(
         "this node is stopping: it takes no copies of entries; keep the entry or send it to \
          the key's next holder"
@@ -257,17 +257,17 @@ impl From<Error> for Status {
                 bounded_message(status.message()),
                 status.details().to_vec().into(),
             );
-            if let Some(lease) = status.metadata().get(crate::cluster::lease::LEASE_HEADER) {
+            if let Some(lease) = status.metadata().get(crate::headers::LEASE_HEADER) {
                 passed
                     .metadata_mut()
-                    .insert(crate::cluster::lease::LEASE_HEADER, lease.clone());
+                    .insert(crate::headers::LEASE_HEADER, lease.clone());
             }
             return passed;
         }
         if let Error::MissWithLease { .. } = err {
             let mut status = Self::new(code, bounded_message(&err.to_string()));
             status.metadata_mut().insert(
-                crate::cluster::lease::LEASE_HEADER,
+                crate::headers::LEASE_HEADER,
                 tonic::metadata::MetadataValue::from_static("granted"),
             );
             return status;
@@ -275,7 +275,7 @@ impl From<Error> for Status {
         if let Error::Stopping = err {
             let mut status = Self::new(code, err.to_string());
             status.metadata_mut().insert(
-                crate::cluster::forward::STOPPING_HEADER,
+                crate::headers::STOPPING_HEADER,
                 tonic::metadata::MetadataValue::from_static("true"),
             );
             return status;

@@ -1,33 +1,30 @@
-//! Prometheus metrics of the node: per-RPC counts and latencies, plus the store's
-//! counters and gauges read at scrape time.
+//! The node's Prometheus registry and its instruments: per-RPC counts and latencies,
+//! the peer, rebalance, TLS and disk-tier counters the hot paths bump.
 //!
 //! Names follow Prometheus conventions with the `flightcache_node_` prefix; labels are
 //! bounded (method, gRPC code, cause, result), never keys. The registry is built here
 //! and passed in; there are no global statics. `/metrics` is served by `server.rs`.
-//! The process's RSS (`/proc/self/status`) and the container's cgroup memory limit
-//! (`crate::cgroup`) are read at scrape time.
+//! What is read at scrape time (the store's statistics, the config generation, the
+//! ring version, RSS, the cgroup limit) is the [`collector`]'s, registered here as the
+//! collector `server.rs` hands to [`Metrics::new`].
 //!
-//! Owns: the node's metric families and the reads done at scrape time, through the
-//! public getters of the store, the routing table, the live config, the disk tier and
-//! `cgroup`. Must not import `flight/`, `wire/` or `cluster/`.
+//! Owns: the node's metric families and instruments. Sits low, imported by whoever
+//! records: imports nothing of the crate (its child [`collector`] sits high).
+
+pub mod collector;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tonic::Code;
-
-use crate::live::LiveConfig;
-use crate::persist::DiskMetrics;
-use crate::routing::members::RoutingTable;
-use crate::store::{RemovalCause, Store};
 
 /// Labels of `grpc_server_handled_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -183,8 +180,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Builds the registry with the RPC instruments and the store collector.
-    pub fn new(store: Arc<Store>, live: Arc<LiveConfig>, routing: Arc<RoutingTable>) -> Self {
+    /// Builds the registry with the instruments and `scrape`, the collector of what is
+    /// read at scrape time ([`collector::StoreCollector`]).
+    pub fn new(scrape: Box<dyn Collector>) -> Self {
         let mut registry = Registry::with_prefix("flightcache_node");
         let handled = Family::<HandledLabels, Counter>::default();
         registry.register(
@@ -248,11 +246,7 @@ impl Metrics {
             })
             .set(1);
         registry.register("build_info", "The node's version; always 1", build_info);
-        registry.register_collector(Box::new(StoreCollector {
-            store,
-            live,
-            routing,
-        }));
+        registry.register_collector(scrape);
         let replica_write_failures = Counter::default();
         registry.register(
             "replica_write_failures",
@@ -518,156 +512,39 @@ pub fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// Reads the store's statistics at scrape time.
-#[derive(Debug)]
-struct StoreCollector {
-    routing: Arc<RoutingTable>,
-    store: Arc<Store>,
-    live: Arc<LiveConfig>,
+/// Labels of `disk_reload_entries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// loaded, expired, corrupt, over_budget, superseded.
+    pub outcome: &'static str,
 }
 
-fn gauge(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    value: u64,
-) -> std::fmt::Result {
-    let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-    let metric_encoder = encoder.encode_descriptor(name, help, unit, metric.metric_type())?;
-    metric.encode(metric_encoder)
-}
-
-fn counter(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> std::fmt::Result {
-    let metric = ConstCounter::new(value);
-    let metric_encoder = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
-    metric.encode(metric_encoder)
-}
-
-impl Collector for StoreCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let stats = self.store.stats();
-        gauge(
-            &mut encoder,
-            "entries",
-            "Entries cached now",
-            None,
-            stats.entries,
-        )?;
-        gauge(
-            &mut encoder,
-            "max_entries",
-            "Entry cap",
-            None,
-            stats.max_entries,
-        )?;
-        gauge(
-            &mut encoder,
-            "memory_used",
-            "Arrow bytes held by cached entries",
-            Some(&Unit::Bytes),
-            stats.used_bytes,
-        )?;
-        gauge(
-            &mut encoder,
-            "memory_reserved",
-            "Bytes reserved by puts in flight",
-            Some(&Unit::Bytes),
-            stats.reserved_bytes,
-        )?;
-        gauge(
-            &mut encoder,
-            "memory_allocator_cache",
-            "Freed memory the allocator keeps resident for reuse; room for puts counts it",
-            Some(&Unit::Bytes),
-            stats.allocator_bytes,
-        )?;
-        gauge(
-            &mut encoder,
-            "memory_budget",
-            "Byte budget for cached data",
-            Some(&Unit::Bytes),
-            stats.budget_bytes,
-        )?;
-        gauge(
-            &mut encoder,
-            "config_generation",
-            "Configuration generation the node runs",
-            None,
-            self.live.generation(),
-        )?;
-        gauge(
-            &mut encoder,
-            "ring_version",
-            "Routing ring version the node routes by (0 without a topology)",
-            None,
-            self.routing.version(),
-        )?;
-        counter(&mut encoder, "inserts", "Entries stored", stats.inserts)?;
-        counter(
-            &mut encoder,
-            "puts_rejected",
-            "Puts refused (too large, over budget, invalidated)",
-            stats.rejected_puts,
-        )?;
-        {
-            let metric_encoder = encoder.encode_descriptor(
-                "lookups",
-                "Cache lookups by DoGet, by result",
-                None,
-                prometheus_client::metrics::MetricType::Counter,
-            )?;
-            let mut metric_encoder = metric_encoder;
-            for (result, value) in [("hit", stats.hits), ("miss", stats.misses)] {
-                let labels = [("result", result)];
-                ConstCounter::new(value).encode(metric_encoder.encode_family(&labels)?)?;
-            }
-        }
-        if let Some(rss) = resident_memory_bytes() {
-            gauge(
-                &mut encoder,
-                "process_resident_memory",
-                "Resident memory (RSS) of the node process",
-                Some(&Unit::Bytes),
-                rss,
-            )?;
-        }
-        if let Some(limit) = crate::cgroup::memory_limit_bytes() {
-            gauge(
-                &mut encoder,
-                "memory_limit",
-                "The container's cgroup memory limit (absent without a limit)",
-                Some(&Unit::Bytes),
-                limit,
-            )?;
-        }
-        let mut metric_encoder = encoder.encode_descriptor(
-            "evictions",
-            "Entries removed, by cause (expired, size, explicit, replaced, migrated)",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for cause in RemovalCause::ALL {
-            let labels = [("cause", cause.as_str())];
-            ConstCounter::new(stats.evictions.get(cause))
-                .encode(metric_encoder.encode_family(&labels)?)?;
-        }
-        Ok(())
-    }
-}
-
-/// The process's resident set size, from `VmRSS` in `/proc/self/status` (kB there, so
-/// no page size is needed); `None` where it cannot be read (not Linux).
-fn resident_memory_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+/// The disk tier's instruments (`persist`; zero without persistence).
+#[derive(Debug, Clone, Default)]
+pub struct DiskMetrics {
+    /// Entry files written.
+    pub writes: Counter,
+    /// Bytes of entry files written.
+    pub written_bytes: Counter,
+    /// Entry files removed because their entry left memory.
+    pub removes: Counter,
+    /// Access times updated on hits.
+    pub touches: Counter,
+    /// Disk operations that failed (the entry stays in memory; its file is gone or old
+    /// and is reconciled by the sweep).
+    pub errors: Counter,
+    /// Operations dropped because the queue was full.
+    pub dropped: Counter,
+    /// Keys with a pending disk operation (the write-behind backlog).
+    pub backlog: Gauge,
+    /// Files removed by sweeps (entries no longer in memory, crashed temporary files).
+    pub swept: Counter,
+    /// Files seen by the reload, by outcome.
+    pub reload_entries: Family<ReloadLabels, Counter>,
+    /// Bytes of entry files loaded by the reload.
+    pub reload_bytes: Counter,
+    /// How long the last reload took (0 until it ends).
+    pub reload_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// Registers the disk tier's series (`flightcache_node_disk_*`).

@@ -29,6 +29,7 @@ use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
 use crate::flight::FlightCacheService;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
+use crate::metrics::collector::StoreCollector;
 use crate::persist::{DiskSettings, DiskTier};
 use crate::readiness;
 use crate::routing::members::RoutingTable;
@@ -181,7 +182,7 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 
 /// The TLS state of a node whose Flight port serves TLS.
 struct ServedTls {
-    files: tls::TlsFiles,
+    files: crate::config::TlsFiles,
     cert: Arc<tls::ReloadingCert>,
     clients: Option<Arc<tls::ReloadingClientVerifier>>,
     acceptor: tokio_rustls::TlsAcceptor,
@@ -222,11 +223,11 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let max_entry_bytes = store_config.max_entry_bytes;
     let store = Arc::new(Store::new(store_config.clone(), clock).map_err(ServerError::Store)?);
     let live = Arc::new(LiveConfig::new(generation, store_config, location_mode));
-    let metrics = Arc::new(Metrics::new(
+    let metrics = Arc::new(Metrics::new(Box::new(StoreCollector::new(
         Arc::clone(&store),
         Arc::clone(&live),
         Arc::clone(&routing),
-    ));
+    ))));
     let disk = match &persistence {
         Some(persistence) => {
             let settings = DiskSettings {

@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime};
 use arrow_array::{ArrayRef, DictionaryArray, RecordBatch, StringArray, types::Int32Type};
 use bytes::Bytes;
 use cache_node::key::CacheKey;
-use cache_node::persist::{DiskMetrics, DiskSettings, DiskTier, ReloadReport, WallClock};
+use cache_node::metrics::DiskMetrics;
+use cache_node::persist::{DiskSettings, DiskTier, ReloadReport, WallClock};
 use cache_node::store::{EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode, batch_weight};
 
 const MINUTE: Duration = Duration::from_secs(60);

@@ -13,7 +13,7 @@
 //! from there (`read_copies` asks the next candidate when no copy can be reached), and
 //! once it is back it asks there on a miss for the move window (`previous_holders`).
 //!
-//! Bounded: at most [`EXIT_HANDOFF_BUDGET`] in all (inside the pod's termination grace,
+//! Bounded: at most [`crate::config::EXIT_HANDOFF_BUDGET`] in all (inside the pod's termination grace,
 //! before the serving grace and the disk flush), [`EXIT_CONCURRENCY`] entries and
 //! [`EXIT_KIB_IN_FLIGHT`] KiB of them at once;
 //! what is not sent by then is counted and logged, never waited for.
@@ -32,9 +32,7 @@ use super::{Cluster, ForwardedPut, Upload};
 use crate::error::Result;
 use crate::key::CacheKey;
 use crate::store::HandoffEntry;
-
-/// Longest the exit handoff may take.
-pub const EXIT_HANDOFF_BUDGET: Duration = Duration::from_secs(5);
+use crate::streams::UploadRest;
 
 /// Longest a node serves through its exit handoff with one copy of each key. Past it,
 /// it stops taking calls (GOAWAY; the calls in flight finish) and goes on copying: a
@@ -153,7 +151,7 @@ impl Cluster {
         &self,
         key: &CacheKey,
         first: FlightData,
-        rest: forward::UploadRest,
+        rest: UploadRest,
         metadata: &MetadataMap,
     ) -> Result<ForwardedPut> {
         let holder = self.routing.current().and_then(|current| {

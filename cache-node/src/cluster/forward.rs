@@ -11,14 +11,15 @@
 //! Forwarded requests carry `x-flightcache-forwarded: <sender member id>` and
 //! `x-flightcache-ring-version: <sender's ring version>`; a node never forwards such a
 //! request again (see `routing::members::decide`). They carry this node's peer credential
-//! (`auth::Credentials::peer`), so the owner honours those headers; a node without one passes
+//! (`config::Credentials::peer`), so the owner honours those headers; a node without one passes
 //! the caller's `authorization` on. The channels themselves are `peers.rs`'s. When the owner cannot be reached the caller gets
 //! UNAVAILABLE naming it: `owner analytics-hot-2 (10.244.0.7:50051) is unreachable: …`.
 //! Any answer from the owner itself (NOT_FOUND, RESOURCE_EXHAUSTED, …) is passed on as is.
 //!
 //! Owns: the calls to peers (counted in `flightcache_node_forwarded_total` /
-//! `peer_errors_total` through [`Peers`]), and the forwarding headers
-//! (the DoGet relay, `wire::relay`, sends them too). A Flight *client*: must not import
+//! `peer_errors_total` through [`Peers`]), and writing and reading
+//! the forwarding headers (named in `crate::headers`; the DoGet relay, `wire::relay`,
+//! sends them too). A Flight *client*: must not import
 //! the Flight server side, `flight/` or `wire/` (see the `cluster` module docs).
 
 use std::time::Duration;
@@ -33,17 +34,14 @@ use tonic::{Request, Status};
 
 use super::peers::{PeerError, Peers, unreachable};
 use crate::error::{Error, Result};
+use crate::headers::{
+    AGE_HEADER, COALESCE_HEADER, FORWARDED_HEADER, IDLE_HEADER, READ_HEADER, REMAINING_HEADER,
+    RING_VERSION_HEADER, STOPPING_HEADER, TTL_HEADER, WRITE_HEADER,
+};
 use crate::key::CacheKey;
 use crate::routing::members::{ForwardedBy, Peer};
 use crate::store::{Entry, Lifetime};
-
-/// Every streaming answer: of the Flight service, and of a peer relayed through it.
-pub type FlightStream<T> = futures::stream::BoxStream<'static, std::result::Result<T, Status>>;
-
-/// The rest of a DoPut upload after its first message: the client's stream, or (when a
-/// relay to an owner broke off) the messages already relayed, kept, followed by what the
-/// client has not sent yet.
-pub type UploadRest = FlightStream<FlightData>;
+use crate::streams::{FlightStream, UploadRest};
 
 /// The most bytes of a relayed DoPut kept until the owner answers, so that a put whose
 /// owner dies or hangs under it (its connection breaks before any answer) can still go
@@ -52,35 +50,8 @@ pub type UploadRest = FlightStream<FlightData>;
 /// cache mostly holds; the kept messages share the buffers already received (no copy).
 pub const REPLAYABLE_PUT_BYTES: usize = 4 << 20;
 
-/// Header naming the member that forwarded a request.
-pub const FORWARDED_HEADER: &str = "x-flightcache-forwarded";
-/// Header carrying the ring version the forwarding member routed by.
-pub const RING_VERSION_HEADER: &str = "x-flightcache-ring-version";
 /// How long a peer may take to answer a forwarded call (DoGet: to start answering).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// Header marking a DoPut as a copy the receiver stores locally, never forwarding or
-/// replicating it again: `replica` (a write's second copy) or `migration` (a handover
-/// by `rebalance`, stored only where the key is absent).
-pub const WRITE_HEADER: &str = "x-flightcache-write";
-/// Handover headers (milliseconds): the entry's age and idle time at the sender, the
-/// time left until the sender's deadline, and its per-entry TTL override if it has one.
-pub const AGE_HEADER: &str = "x-flightcache-entry-age-ms";
-/// See [`AGE_HEADER`].
-pub const IDLE_HEADER: &str = "x-flightcache-entry-idle-ms";
-/// See [`AGE_HEADER`].
-pub const REMAINING_HEADER: &str = "x-flightcache-entry-remaining-ms";
-/// See [`AGE_HEADER`].
-pub const TTL_HEADER: &str = "x-flightcache-entry-ttl-ms";
-
-/// Header on a node's UNAVAILABLE answer once it has begun to stop
-/// ([`crate::error::Error::Stopping`]): the sender keeps its entry, and calls the peer's
-/// name anew (a replacement may answer there by now).
-pub const STOPPING_HEADER: &str = "x-flightcache-stopping";
-
-/// Header marking a read sent to a key's previous holder during a ring change
-/// (`x-flightcache-read: held`): answered from the receiver's store alone — a hit or
-/// NOT_FOUND — never forwarded, never sent on to other copies.
-pub const READ_HEADER: &str = "x-flightcache-read";
 /// How long a previous holder may take to answer (DoGet: to start answering). Short: it
 /// is asked only after the key's current holders missed, and an unreachable one makes
 /// the read a miss.
@@ -246,9 +217,9 @@ fn outgoing<T>(peers: &Peers, message: T, incoming: &MetadataMap, sender: &Sende
             "held"
         };
         metadata.insert(READ_HEADER, MetadataValue::from_static(value));
-    } else if let Some(coalesce) = incoming.get(super::lease::COALESCE_HEADER) {
+    } else if let Some(coalesce) = incoming.get(COALESCE_HEADER) {
         // The owner coalesces the miss, so it must see the caller's request to.
-        metadata.insert(super::lease::COALESCE_HEADER, coalesce.clone());
+        metadata.insert(COALESCE_HEADER, coalesce.clone());
     }
     request
 }

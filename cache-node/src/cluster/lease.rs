@@ -17,7 +17,8 @@
 //! while the lease is held wait for that put and are answered with the entry. A client
 //! opts in with the header because it promises to fill what it misses.
 //!
-//! Owns: the lease table and its headers (the DoGet relay passes [`COALESCE_HEADER`] on).
+//! Owns: the lease table (its headers are named in `crate::headers`; the DoGet relay
+//! passes [`COALESCE_HEADER`] on).
 //! Must not import `flight/` or `wire/`. In memory only; async waiting with tokio, no
 //! other I/O.
 
@@ -31,14 +32,8 @@ use tokio::sync::Notify;
 // Tokio's clock, so the tests can pause time instead of sleeping.
 use tokio::time::Instant;
 
+use crate::headers::COALESCE_HEADER;
 use crate::store::Store;
-
-/// Request header by which a DoGet asks to coalesce its miss with concurrent ones
-/// (value `1` or `true`). Not under the internal `x-flightcache-` prefix: any client
-/// may send it; it is forwarded to the key's owner with the call.
-pub const COALESCE_HEADER: &str = "flightcache-coalesce";
-/// Response header on the NOT_FOUND of a coalescing DoGet that took the fill lease.
-pub const LEASE_HEADER: &str = "flightcache-lease";
 
 /// Whether a request asked to coalesce its miss ([`COALESCE_HEADER`]).
 pub fn coalescing(metadata: &tonic::metadata::MetadataMap) -> bool {

@@ -39,7 +39,8 @@ use crate::key::CacheKey;
 use crate::metrics::Metrics;
 use crate::routing::members::{Peer, Route, RoutingTable};
 use crate::store::{Entry, Store};
-use forward::{FlightStream, WriteKind};
+use crate::streams::{FlightStream, UploadRest};
+use forward::WriteKind;
 use lease::LeaseOutcome;
 
 /// Most read repairs a node sends at once; past that, a repair is skipped.
@@ -88,8 +89,8 @@ pub enum ForwardedPut {
 pub struct Upload {
     /// The first message (already read to find the key).
     pub first: FlightData,
-    /// The rest of the upload (see [`forward::UploadRest`]).
-    pub rest: forward::UploadRest,
+    /// The rest of the upload (see [`UploadRest`]).
+    pub rest: UploadRest,
 }
 
 impl Cluster {
@@ -187,7 +188,7 @@ impl Cluster {
     }
 
     /// A DoGet miss on the key's owner from a caller that asked to coalesce
-    /// ([`lease::COALESCE_HEADER`]): the first such miss takes the key's fill lease and
+    /// ([`crate::headers::COALESCE_HEADER`]): the first such miss takes the key's fill lease and
     /// is answered NOT_FOUND saying so (it computes and puts the value, as on any miss);
     /// the ones that come while the lease is held wait for that put and are answered
     /// with the entry. A holder that never puts costs the waiters the lease's wait, then
@@ -274,7 +275,7 @@ impl Cluster {
         key: &CacheKey,
         peer: &Peer,
         first: FlightData,
-        input: forward::UploadRest,
+        input: UploadRest,
         metadata: &MetadataMap,
     ) -> Result<ForwardedPut> {
         let relayed = forward::do_put(

@@ -172,7 +172,7 @@ impl Cluster {
     /// a miss too, [`Error::CopiesUnreachable`] — for a cache a missing node costs
     /// misses, never errors; the client computes the result as for any miss.
     ///
-    /// A read that is itself a previous-holder read ([`forward::READ_HEADER`]) is
+    /// A read that is itself a previous-holder read ([`crate::headers::READ_HEADER`]) is
     /// answered from this node's store alone.
     ///
     /// # Errors

@@ -14,7 +14,7 @@
 
 pub mod actions;
 pub use crate::cluster::fan_out::MAX_LISTED_FLIGHTS;
-pub use crate::cluster::forward::FlightStream;
+pub use crate::streams::FlightStream;
 pub mod put;
 
 use std::sync::Arc;
@@ -43,6 +43,7 @@ use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, IntakeCover, Store};
+use crate::streams::UploadRest;
 use crate::ticket::CacheTicket;
 use crate::wire::hit::StoredHit;
 
@@ -102,7 +103,7 @@ impl FlightCacheService {
         &self,
         key: CacheKey,
         first: FlightData,
-        input: forward::UploadRest,
+        input: UploadRest,
         metadata: &MetadataMap,
         copy: Option<WriteKind>,
         cover: Option<Arc<IntakeCover>>,

@@ -29,10 +29,11 @@
 //!   file is either the old one or the new one (rename), and a torn or damaged file
 //!   fails its checksum and is removed on reload, never served.
 //!
-//! Owns the volume's files. Imports the store (as its journal), the ring hash, and the
-//! Flight adapter's put assembly (`flight::put::Assembly`, with arrow-flight's
-//! `FlightData`: a reload replays a file's messages the way a DoPut stores them); must
-//! not import tonic, `wire/` or `cluster/` (no network I/O).
+//! Owns the volume's files. Imports the store (as its journal), the ring hash, its
+//! instruments (`metrics::DiskMetrics`) and the put assembly it shares with the Flight
+//! adapter (`assembly::Assembly`, with arrow-flight's `FlightData`: a reload replays a
+//! file's messages the way a DoPut stores them); must not import tonic, `flight/`,
+//! `wire/` or `cluster/` (no network I/O).
 
 pub mod format;
 
@@ -47,24 +48,17 @@ use std::time::{Duration, Instant, SystemTime};
 use arrow_flight::FlightData;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 
-use crate::flight::put::Assembly;
+use crate::assembly::Assembly;
+use crate::config::{DEFAULT_DISK_READ_DEBOUNCE, DEFAULT_DISK_SHARDS, MAX_DISK_SHARDS};
 use crate::key::CacheKey;
+use crate::metrics::{DiskMetrics, ReloadLabels};
 use crate::routing::ring::key_hash;
 use crate::store::{Entry, Journal, JournalSettings, Lifetime, Store, TtlMode};
 
 /// Most keys with a pending disk operation. One per key, so this is reached only when
 /// the disk falls far behind; see the module docs.
 pub const MAX_QUEUED_OPS: usize = 262_144;
-/// Default shard count: subdirectories from the first entry.
-pub const DEFAULT_SHARDS: u32 = 16;
-/// Most shards (a shard is a two-hex-digit directory).
-pub const MAX_SHARDS: u32 = 256;
-/// Default debounce of access-time updates on hits.
-pub const DEFAULT_READ_DEBOUNCE: Duration = Duration::from_secs(30);
 /// Default interval between sweeps of one shard.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Prefix of a file being written (renamed when complete).
@@ -111,47 +105,12 @@ impl DiskSettings {
     pub fn new(root: PathBuf) -> Self {
         Self {
             root,
-            shards: DEFAULT_SHARDS,
-            read_debounce: DEFAULT_READ_DEBOUNCE,
+            shards: DEFAULT_DISK_SHARDS,
+            read_debounce: DEFAULT_DISK_READ_DEBOUNCE,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             wall: system_wall_clock(),
         }
     }
-}
-
-/// Labels of `disk_reload_entries_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct ReloadLabels {
-    /// loaded, expired, corrupt, over_budget, superseded.
-    pub outcome: &'static str,
-}
-
-/// The tier's instruments (registered by `metrics.rs`; zero without persistence).
-#[derive(Debug, Clone, Default)]
-pub struct DiskMetrics {
-    /// Entry files written.
-    pub writes: Counter,
-    /// Bytes of entry files written.
-    pub written_bytes: Counter,
-    /// Entry files removed because their entry left memory.
-    pub removes: Counter,
-    /// Access times updated on hits.
-    pub touches: Counter,
-    /// Disk operations that failed (the entry stays in memory; its file is gone or old
-    /// and is reconciled by the sweep).
-    pub errors: Counter,
-    /// Operations dropped because the queue was full.
-    pub dropped: Counter,
-    /// Keys with a pending disk operation (the write-behind backlog).
-    pub backlog: Gauge,
-    /// Files removed by sweeps (entries no longer in memory, crashed temporary files).
-    pub swept: Counter,
-    /// Files seen by the reload, by outcome.
-    pub reload_entries: Family<ReloadLabels, Counter>,
-    /// Bytes of entry files loaded by the reload.
-    pub reload_bytes: Counter,
-    /// How long the last reload took (0 until it ends).
-    pub reload_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// One pending operation of a key; a newer one replaces an older one.
@@ -253,10 +212,10 @@ impl DiskTier {
     /// # Errors
     /// The I/O error if the directories cannot be created, or an invalid shard count.
     pub fn open(settings: DiskSettings, store: Store, metrics: DiskMetrics) -> io::Result<Self> {
-        if settings.shards == 0 || settings.shards > MAX_SHARDS {
+        if settings.shards == 0 || settings.shards > MAX_DISK_SHARDS {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("the shard count must be between 1 and {MAX_SHARDS}"),
+                format!("the shard count must be between 1 and {MAX_DISK_SHARDS}"),
             ));
         }
         for shard in 0..settings.shards {

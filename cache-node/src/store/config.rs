@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{Error, Result};
+use super::error::{Error, Result};
 
 /// Settings of a [`Store`](super::Store); all of them can change live through
 /// [`Store::reconfigure`](super::Store::reconfigure).

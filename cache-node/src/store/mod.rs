@@ -38,6 +38,11 @@
 //! shrink of the caps evicts down to them with cause `Size`, and entries heavier than
 //! a lowered `max_entry_bytes` are evicted; entries that still fit stay.
 //!
+//! Layout: this file is the store's face ([`Store`] and the names it hands on); below it
+//! `put.rs` (the two-phase put), `shared.rs` (the lock and intake reservations),
+//! `state.rs` (every state transition), `types.rs` and `error.rs` (the plain types every
+//! part uses), so no part of the store imports this file back.
+//!
 //! Owns: entries (sealed, opaque frames: `sealed.rs`), the budget, TTL, eviction. Must
 //! not import tonic, arrow-flight, hyper or h2 (`scripts/check-layers`), nor `flight/`,
 //! `wire/` or `routing/`.
@@ -45,397 +50,43 @@
 mod clock;
 mod config;
 mod entry;
+mod error;
 mod eviction;
 mod expiry;
 mod journal;
 mod put;
 mod sealed;
+mod shared;
 mod sketch;
 mod state;
+mod types;
 pub mod weight;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 
 pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
 pub use self::entry::Entry;
+pub use self::error::{Error, Result};
 pub use self::journal::{Journal, JournalSettings};
 pub use self::put::PendingPut;
 pub use self::sealed::{SealedBatch, SealedEntry, SealedSchema, WireMessage};
-use self::state::Inner;
+use self::shared::Shared;
+#[cfg(test)]
+pub(crate) use self::shared::lock_scope;
+pub use self::shared::{IntakeCover, IntakeReservation};
+pub use self::types::{
+    CommitOutcome, HandoffEntry, Lifetime, ReconfigureOutcome, RemovalCounts, StoreStats,
+};
 pub use self::weight::BATCH_OVERHEAD_BYTES;
 pub use self::weight::{batch_weight, entry_weight};
-
-/// Budget held for bytes of a put still arriving; released on drop.
-pub struct IntakeReservation {
-    shared: Arc<Shared>,
-    bytes: u64,
-}
-
-impl IntakeReservation {
-    /// The bytes held.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Gives back what is held above `bytes` (a reservation never grows).
-    pub fn shrink_to(&mut self, bytes: u64) {
-        let released = self.bytes.saturating_sub(bytes);
-        if released > 0 {
-            self.bytes -= released;
-            self.shared
-                .with_inner(|inner| inner.release_intake(released));
-        }
-    }
-}
-
-impl std::fmt::Debug for IntakeReservation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IntakeReservation")
-            .field("bytes", &self.bytes)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for IntakeReservation {
-    fn drop(&mut self) {
-        let bytes = self.bytes;
-        self.shared.with_inner(|inner| inner.release_intake(bytes));
-    }
-}
-
-/// Whether every message of one DoPut so far had its bytes reserved as it arrived
-/// ([`Store::reserve_intake`], by the wire layer). While that holds, the put need not
-/// reserve a message's received bytes a second time while it decodes them: the intake
-/// reservation still covers them (it is released only when the next message is read).
-/// One per request, shared by the wire layer (which sets it) and the put.
-///
-/// It also carries the bodies of large messages that the wire layer received straight
-/// into their own exactly sized allocation (`wire::intake`), each with its intake
-/// reservation: the put reads the message, takes its body back
-/// ([`take_body`](Self::take_body)) and, once the body is sealed as it is, turns that
-/// reservation into the entry's charge ([`claim`](Self::claim),
-/// [`PendingPut::reserve_replacing`]) so the bytes are counted once. At most the messages
-/// the gRPC decoder has read ahead of the put wait here (it reads a message only when
-/// the put asks for the next one), and the bytes of every one are reserved.
-#[derive(Debug, Default)]
-pub struct IntakeCover {
-    uncovered: std::sync::atomic::AtomicBool,
-    /// Bodies received but not yet read by the put, in message order.
-    diverted: Mutex<std::collections::VecDeque<DivertedBody>>,
-    /// The reservation of the body of the message the put reads now, until the put
-    /// claims it or reads the next message; with the body's address and length.
-    reading: Mutex<Option<(usize, usize, IntakeReservation)>>,
-}
-
-/// A message body the wire layer received into its own allocation.
-#[derive(Debug)]
-struct DivertedBody {
-    /// The message's place in the request stream (0 for the first).
-    sequence: u64,
-    body: Bytes,
-    reservation: Option<IntakeReservation>,
-}
-
-impl IntakeCover {
-    /// Keeps the body of message `sequence` (received into its own allocation, with the
-    /// intake reservation that covers it) until the put reads the message.
-    pub fn divert(&self, sequence: u64, body: Bytes, reservation: Option<IntakeReservation>) {
-        self.diverted.lock().push_back(DivertedBody {
-            sequence,
-            body,
-            reservation,
-        });
-    }
-
-    /// The body of message `sequence`, if the wire layer received it apart; called once
-    /// per message as the put reads it, in order. The reservation of the message read
-    /// before is given back unless the put claimed it.
-    pub fn take_body(&self, sequence: u64) -> Option<Bytes> {
-        let mut reading = self.reading.lock();
-        *reading = None;
-        let mut diverted = self.diverted.lock();
-        // Bodies of messages the reader never saw (none, in order) are dropped.
-        while diverted.front().is_some_and(|d| d.sequence < sequence) {
-            diverted.pop_front();
-        }
-        if diverted.front().is_none_or(|d| d.sequence != sequence) {
-            return None;
-        }
-        let taken = diverted.pop_front()?;
-        if let Some(reservation) = taken.reservation {
-            *reading = Some((taken.body.as_ptr() as usize, taken.body.len(), reservation));
-        }
-        Some(taken.body)
-    }
-
-    /// The intake reservation of `body` if it is the diverted body of the message read
-    /// last (the caller then owns it).
-    pub fn claim(&self, body: &[u8]) -> Option<IntakeReservation> {
-        let mut reading = self.reading.lock();
-        match &*reading {
-            Some((address, len, _)) if *address == body.as_ptr() as usize && *len == body.len() => {
-                reading.take().map(|(_, _, reservation)| reservation)
-            }
-            _ => None,
-        }
-    }
-
-    /// A message of the request passed without a reservation (no room beside others).
-    pub fn note_uncovered(&self) {
-        self.uncovered
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// Whether every message so far was reserved on arrival.
-    pub fn all_covered(&self) -> bool {
-        !self.uncovered.load(std::sync::atomic::Ordering::Acquire)
-    }
-}
-
-/// Errors of the store.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// A [`StoreConfig`] field breaks a rule.
-    #[error("invalid store config: {field} {rule}")]
-    InvalidConfig {
-        /// The offending field.
-        field: &'static str,
-        /// The rule it breaks.
-        rule: &'static str,
-    },
-    /// The put's total size exceeds `max_entry_bytes`.
-    #[error("entry of {size} bytes exceeds the limit of {max} bytes per entry")]
-    EntryTooLarge {
-        /// The put's size so far (reservation) or its exact weight (commit).
-        size: u64,
-        /// The configured `max_entry_bytes`.
-        max: u64,
-    },
-    /// The bytes cannot fit in the budget even after evicting every stored entry,
-    /// because other puts hold the rest as reservations.
-    #[error("store budget exhausted: {needed} bytes needed, {available} free")]
-    OverBudget {
-        /// Bytes asked for.
-        needed: u64,
-        /// Bytes free before any eviction.
-        available: u64,
-    },
-    /// An invalidation covering the key happened while the put was in flight; the
-    /// data was discarded.
-    #[error("put discarded: its key was invalidated while it was being written")]
-    InvalidatedDuringPut,
-    /// The batches could not be encoded into their stored IPC form (a batch that does
-    /// not match the schema).
-    #[error("the batches cannot be stored: {0}")]
-    Unencodable(String),
-}
-
-/// The store's result type.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Removals counted per [`RemovalCause`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RemovalCounts {
-    /// Entries removed because their TTL ran out.
-    pub expired: u64,
-    /// Entries evicted to respect a cap.
-    pub size: u64,
-    /// Entries removed by invalidate, invalidate_prefix or clear.
-    pub explicit: u64,
-    /// Entries replaced by a newer put under the same key.
-    pub replaced: u64,
-    /// Entries handed to their owners and removed here.
-    pub migrated: u64,
-}
-
-impl RemovalCounts {
-    /// The count for one cause.
-    pub fn get(&self, cause: RemovalCause) -> u64 {
-        match cause {
-            RemovalCause::Expired => self.expired,
-            RemovalCause::Size => self.size,
-            RemovalCause::Explicit => self.explicit,
-            RemovalCause::Replaced => self.replaced,
-            RemovalCause::Migrated => self.migrated,
-        }
-    }
-
-    pub(crate) fn record(&mut self, cause: RemovalCause) {
-        let counter = match cause {
-            RemovalCause::Expired => &mut self.expired,
-            RemovalCause::Size => &mut self.size,
-            RemovalCause::Explicit => &mut self.explicit,
-            RemovalCause::Replaced => &mut self.replaced,
-            RemovalCause::Migrated => &mut self.migrated,
-        };
-        *counter += 1;
-    }
-}
-
-/// A snapshot of the store's gauges and counters, for metrics and admin listing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreStats {
-    /// Entries stored, expired-but-not-yet-purged ones included.
-    pub entries: u64,
-    /// Bytes charged for stored entries.
-    pub used_bytes: u64,
-    /// Bytes reserved by in-flight puts.
-    pub reserved_bytes: u64,
-    /// Freed memory the allocator keeps resident for reuse, as last sampled
-    /// ([`Store::hold_for_allocator`]); room for new bytes counts it.
-    pub allocator_bytes: u64,
-    /// The configured byte budget.
-    pub budget_bytes: u64,
-    /// The configured entry cap.
-    pub max_entries: u64,
-    /// Puts begun and neither committed nor dropped.
-    pub in_flight_puts: u64,
-    /// `get`s that returned an entry.
-    pub hits: u64,
-    /// `get`s that returned nothing (absent or expired).
-    pub misses: u64,
-    /// Entries installed by a commit.
-    pub inserts: u64,
-    /// Entries removed, per cause (the `evictions_total{cause}` metric).
-    pub evictions: RemovalCounts,
-    /// Puts refused as too large or over budget.
-    pub rejected_puts: u64,
-    /// Puts discarded because an invalidation covered their key.
-    pub discarded_puts: u64,
-}
-
-/// What a successful commit did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommitOutcome {
-    /// Bytes charged for the new entry.
-    pub weight_bytes: u64,
-    /// Whether a live entry under the same key was replaced.
-    pub replaced: bool,
-    /// Entries removed to make room (expired or by policy).
-    pub evicted: u64,
-    /// The new entry's deadline on the store clock.
-    pub expires_at: Duration,
-    /// Nothing was installed: the put asked to store only if absent
-    /// ([`Lifetime::if_absent`]) and a live entry was already there, or the key was
-    /// invalidated after the copy was written (within the last 10 minutes), so the copy
-    /// is stale.
-    pub kept_existing: bool,
-}
-
-/// How long a committed entry lives: its TTL override, and for an entry handed over from
-/// another node the age it already has there. [`Lifetime::default`] is a fresh put.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Lifetime {
-    /// Replaces the store TTL for this entry.
-    pub ttl_override: Option<Duration>,
-    /// Time since the entry was first written (its insert time becomes `now - age`).
-    pub age: Duration,
-    /// Time since it was last read or written (its last access becomes `now - idle`).
-    pub idle: Duration,
-    /// Its deadline is at most `now + remaining` (the sender's deadline, never extended
-    /// by a handover).
-    pub remaining: Option<Duration>,
-    /// Install only if no live entry is stored under the key (a handover must not
-    /// overwrite a newer write) and the key was not invalidated since the copy was
-    /// written (`now - age`; invalidations are remembered for 10 minutes), so a handover
-    /// cannot bring back invalidated data.
-    pub if_absent: bool,
-    /// The entry comes from the journal itself (a disk tier reloading what it wrote):
-    /// it is not reported to the journal as stored again.
-    pub journaled: bool,
-}
-
-/// One stored entry with the bookkeeping a handover needs ([`Store::handoff_list`]).
-#[derive(Debug, Clone)]
-pub struct HandoffEntry {
-    /// The store key.
-    pub key: Bytes,
-    /// The entry.
-    pub entry: Arc<Entry>,
-    /// When it was last read or written, on the store clock.
-    pub last_access: Duration,
-}
-
-/// What a [`Store::reconfigure`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReconfigureOutcome {
-    /// Entries whose deadline moved because the TTL or mode changed.
-    pub rescheduled_entries: u64,
-    /// Entries evicted (cause `Size`) to fit lowered caps.
-    pub evicted_entries: u64,
-    /// Expired entries removed while making room.
-    pub expired_entries: u64,
-    /// In-flight puts failed because their reservation no longer fits.
-    pub aborted_puts: u64,
-}
-
-/// The lock-scope rule, checked in tests: an entry's memory is never freed while the
-/// store's lock is held (freeing megabytes of Arrow buffers would make every reader
-/// wait). `Entry`'s drop counts violations per thread; `check_invariants` asserts that
-/// the calling thread made none.
-#[cfg(test)]
-pub(crate) mod lock_scope {
-    use std::cell::Cell;
-
-    thread_local! {
-        /// Whether this thread is inside `Shared::with_inner`.
-        pub(crate) static HELD: Cell<bool> = const { Cell::new(false) };
-        /// Entries this thread dropped while inside it.
-        static FREED_UNDER_LOCK: Cell<u64> = const { Cell::new(0) };
-    }
-
-    /// Called when an entry is dropped.
-    pub(crate) fn entry_dropped() {
-        if HELD.get() {
-            FREED_UNDER_LOCK.set(FREED_UNDER_LOCK.get() + 1);
-        }
-    }
-
-    /// Entries this thread freed under the lock so far; resets the count.
-    pub(crate) fn take_freed_under_lock() -> u64 {
-        FREED_UNDER_LOCK.replace(0)
-    }
-}
-
-/// State shared by a [`Store`] and its [`PendingPut`]s.
-pub(crate) struct Shared {
-    inner: Mutex<Inner>,
-    clock: Arc<dyn Clock>,
-    hasher: RandomState,
-}
-
-impl Shared {
-    /// Runs `operation` under the lock, then drops removed entries after unlocking,
-    /// so freeing Arrow memory never delays other callers.
-    pub(crate) fn with_inner<R>(&self, operation: impl FnOnce(&mut Inner) -> R) -> R {
-        let (result, removed) = {
-            let mut inner = self.inner.lock();
-            #[cfg(test)]
-            lock_scope::HELD.set(true);
-            let result = operation(&mut inner);
-            #[cfg(test)]
-            lock_scope::HELD.set(false);
-            (result, std::mem::take(&mut inner.graveyard))
-        };
-        drop(removed);
-        result
-    }
-
-    fn key_hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
-    }
-}
 
 /// The in-memory result store. Cheap to clone; clones share the same entries.
 ///
@@ -487,13 +138,8 @@ impl Store {
     /// Returns [`Error::InvalidConfig`] if `config` fails [`StoreConfig::validate`].
     pub fn new(config: StoreConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         config.validate()?;
-        let shared = Shared {
-            inner: Mutex::new(Inner::new(config)),
-            clock,
-            hasher: RandomState::new(),
-        };
         Ok(Self {
-            shared: Arc::new(shared),
+            shared: Arc::new(Shared::new(config, clock)),
         })
     }
 

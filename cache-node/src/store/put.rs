@@ -13,9 +13,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::error::Result;
 use super::sealed::SealedEntry;
+use super::shared::{IntakeReservation, Shared};
 use super::state::{Inner, NewEntry};
-use super::{CommitOutcome, Lifetime, Result, Shared};
+use super::types::{CommitOutcome, Lifetime};
 
 /// A put in progress, from [`Store::begin_put`](super::Store::begin_put) until
 /// [`commit`](Self::commit) or drop.
@@ -88,7 +90,7 @@ impl PendingPut {
     pub fn reserve_replacing(
         &mut self,
         additional_bytes: u64,
-        mut intake: super::IntakeReservation,
+        mut intake: IntakeReservation,
     ) -> Result<()> {
         let now = self.shared.clock.now();
         let held = std::mem::take(&mut intake.bytes);

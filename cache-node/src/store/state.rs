@@ -17,12 +17,13 @@ use bytes::Bytes;
 
 use super::config::{RemovalCause, StoreConfig, TtlMode};
 use super::entry::Entry;
+use super::error::{Error, Result};
 use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
 use super::expiry::{ExpiryIndex, compute_deadline};
 use super::journal::JournalSettings;
 use super::sealed::SealedEntry;
 use super::sketch::FrequencySketch;
-use super::{CommitOutcome, Error, HandoffEntry, Lifetime, RemovalCounts, Result, StoreStats};
+use super::types::{CommitOutcome, HandoffEntry, Lifetime, RemovalCounts, StoreStats};
 
 mod reconfigure;
 

@@ -23,8 +23,9 @@
 //! `wire::hit::StoredHit`, and is sent from its stored frames like the relay's own
 //! (`stored_answer`, the one place a hit becomes its answer).
 //! Does network I/O. Must not import the Flight adapter (`flight/`, checked by
-//! `scripts/check-layers`): tickets come from `crate::ticket`, the peer channels, the
-//! forwarding headers and the lease header from the cluster layer (`crate::cluster`).
+//! `scripts/check-layers`): tickets come from `crate::ticket`, the peer channels from
+//! the cluster layer (`crate::cluster`), the forwarding headers and the coalescing header
+//! from `crate::headers`.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -364,14 +365,17 @@ fn add_forwarding_headers(
         headers.insert("authorization", value);
     }
     if let Ok(member) = sender.member.parse() {
-        headers.insert(forward::FORWARDED_HEADER, member);
+        headers.insert(crate::headers::FORWARDED_HEADER, member);
     }
-    headers.insert(forward::RING_VERSION_HEADER, sender.ring_version.into());
+    headers.insert(
+        crate::headers::RING_VERSION_HEADER,
+        sender.ring_version.into(),
+    );
     // The owner coalesces the miss, so it must see the caller's request to.
-    if let Some(coalesce) = incoming.get(crate::cluster::lease::COALESCE_HEADER)
+    if let Some(coalesce) = incoming.get(crate::headers::COALESCE_HEADER)
         && let Ok(value) = coalesce.to_str().unwrap_or_default().parse()
     {
-        headers.insert(crate::cluster::lease::COALESCE_HEADER, value);
+        headers.insert(crate::headers::COALESCE_HEADER, value);
     }
 }
 

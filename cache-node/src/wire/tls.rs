@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use crds::node_config::ClientAuth;
 use futures::{Stream, StreamExt};
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
@@ -38,6 +37,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::accept::BoundedConnection;
+use crate::config::TlsFiles;
 
 /// How often the certificate files are re-read.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(5);
@@ -45,19 +45,6 @@ pub const RELOAD_INTERVAL: Duration = Duration::from_secs(5);
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once; further accepted connections wait for a place.
 pub const MAX_PENDING_HANDSHAKES: usize = 256;
-
-/// Where the node's TLS material is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain (PEM), leaf first.
-    pub cert: PathBuf,
-    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// The CA (PEM) peers' certificates are verified against.
-    pub ca: PathBuf,
-    /// Whether connecting clients must present a certificate signed by `ca`.
-    pub client_auth: ClientAuth,
-}
 
 /// The PEM bytes of a certificate chain and its key, as loaded.
 #[derive(Clone, PartialEq, Eq)]

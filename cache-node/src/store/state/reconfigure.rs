@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use super::Inner;
 use crate::store::config::{RemovalCause, StoreConfig};
+use crate::store::error::{Error, Result};
 use crate::store::eviction::{Incoming, Shares, SlotId};
 use crate::store::expiry::compute_deadline;
-use crate::store::{Error, ReconfigureOutcome, Result};
+use crate::store::types::ReconfigureOutcome;
 
 impl Inner {
     /// Applies `config` live; see [`Store::reconfigure`](crate::store::Store::reconfigure).
