@@ -76,6 +76,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         };
         tokio::spawn(leader::run(client.clone(), lease, leading_tx));
         tracing::info!(identity = %config.identity, "waiting for leadership");
+        // A standby is ready once it has taken part in one election round: it can take over
+        // when the leader stops renewing. Were readiness to wait for leadership, a second
+        // replica would never be Ready, and a rolling update of one replica would never
+        // replace the old pod (its new pod waits for the Lease the old one holds).
+        leading.changed().await?;
+        metrics
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         leading.wait_for(|leading| *leading).await?;
         metrics.set_leader(true);
         let lost = async move {
