@@ -107,3 +107,35 @@ async fn try_acquire_or_renew(
         .await?;
     Ok(true)
 }
+
+/// Gives the Lease up when this replica holds it, so a standby takes over at its next try
+/// (within `renew_every`) instead of waiting out `lease_duration`: called on a graceful
+/// shutdown (a rolling update, a drain). Conditional on the resourceVersion read, like
+/// every write here. Errors are logged: the Lease then simply expires.
+pub async fn release(client: Client, config: &LeaseConfig) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let result = async {
+        let Some(mut lease) = api.get_opt(&config.name).await? else {
+            return Ok(false);
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(false);
+        };
+        if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+            return Ok(false);
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        api.replace(&config.name, &PostParams::default(), &lease)
+            .await
+            .map(|_| true)
+    }
+    .await;
+    match result {
+        Ok(true) => tracing::info!(lease = %config.name, "leader lease released"),
+        Ok(false) => {}
+        Err(err) => {
+            tracing::warn!(error = %err, lease = %config.name, "could not release the leader lease; it expires on its own")
+        }
+    }
+}

@@ -74,7 +74,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             lease_duration: config.lease_duration,
             renew_every: config.lease_duration / 3,
         };
-        tokio::spawn(leader::run(client.clone(), lease, leading_tx));
+        let election = tokio::spawn(leader::run(client.clone(), lease.clone(), leading_tx));
         tracing::info!(identity = %config.identity, "waiting for leadership");
         // A standby is ready once it has taken part in one election round: it can take over
         // when the leader stops renewing. Were readiness to wait for leadership, a second
@@ -89,6 +89,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let lost = async move {
             let _ = leading.wait_for(|leading| !*leading).await;
         };
+        let release_client = client.clone();
         let ctx = Arc::new(Context::new(
             client,
             defaults(&config),
@@ -96,7 +97,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             &config.identity,
         ));
         tokio::select! {
-            result = controller::run_all(ctx, &config.watch_namespace) => result,
+            result = controller::run_all(ctx, &config.watch_namespace) => {
+                // The controllers end on SIGTERM: stop renewing, then hand the Lease over
+                // so the standby takes it at its next try rather than after the lease.
+                election.abort();
+                leader::release(release_client, &lease).await;
+                result
+            }
             () = lost => {
                 metrics.set_leader(false);
                 anyhow::bail!("lost the leader lease; exiting so a restart rejoins the election")

@@ -695,6 +695,50 @@ async fn two_replicas_elect_one_leader_and_the_other_takes_over_when_it_stops() 
     ns.delete().await;
 }
 
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_leader_that_shuts_down_hands_the_lease_over_before_it_expires() {
+    use operator::leader::{LeaseConfig, release, run};
+    use tokio::sync::watch;
+
+    let client = client().await;
+    let ns = TestNamespace::new(&client, "fc-release").await;
+    // A Lease far longer than the test waits: only a release lets the other take over.
+    let config = |identity: &str| LeaseConfig {
+        namespace: ns.name.clone(),
+        name: "flightcache-operator".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(120),
+        renew_every: Duration::from_millis(500),
+    };
+    let (first_tx, mut first) = watch::channel(false);
+    let (second_tx, mut second) = watch::channel(false);
+    let first_replica = tokio::spawn(run(client.clone(), config("replica-a"), first_tx));
+    tokio::time::timeout(Duration::from_secs(10), first.wait_for(|leads| *leads))
+        .await
+        .expect("the first replica takes the free Lease")
+        .unwrap();
+    let second_replica = tokio::spawn(run(client.clone(), config("replica-b"), second_tx));
+    // A replica that does not hold the Lease releases nothing.
+    release(client.clone(), &config("replica-b")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!*second.borrow(), "a standby's release handed it the Lease");
+    // The holder shuts down: it stops renewing and releases; the other leads at its next try.
+    first_replica.abort();
+    let released = std::time::Instant::now();
+    release(client.clone(), &config("replica-a")).await;
+    tokio::time::timeout(Duration::from_secs(5), second.wait_for(|leads| *leads))
+        .await
+        .expect("the standby takes a released Lease at its next try, not after 120 s")
+        .unwrap();
+    println!(
+        "released Lease taken over in {} ms",
+        released.elapsed().as_millis()
+    );
+    second_replica.abort();
+    ns.delete().await;
+}
+
 /// A stand-in for the prometheus-operator `ServiceMonitor` CRD (any spec accepted).
 async fn install_service_monitor_crd(client: &Client) {
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
