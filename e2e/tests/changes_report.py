@@ -39,7 +39,7 @@ Targets:
   every 0.5% budget by two orders of magnitude;
 - every bound above is enforced: a scenario over it fails the test (BROKEN lines), but the
   failed calls of a lost or cut-off Kubernetes node (`node-lost`, `node-partition`,
-  e2e/tests/multi-node), reported as
+  `node-hung`, e2e/tests/multi-node), reported as
   GAP lines: until the operator sees the node's heartbeat stop (<= 20 s) the client Service
   still sends new connections to its pods, whose addresses answer nothing, and a call
   whose every try lands there runs out its deadline (docs/failure-model.md, "Node loss");
@@ -63,16 +63,18 @@ LOST_CONNECTION_RETRIES = RUST_WORKERS * 15
 # Not planned by the operator: a pod deleted by hand, a crash, a hung process; a Kubernetes
 # node drained (its pods evicted: SIGTERM, as a pod delete) or lost.
 UNPLANNED = {"pod-delete", "node-kill", "node-crash", "node-frozen", "node-drain", "node-lost",
-             "node-partition"}
+             "node-partition", "node-hung"}
 # Failed calls measured and reported, not yet held to zero (the cause is named).
 KNOWN_GAP_FAILED_CALLS = {
     "node-lost": "new connections reach the lost node's pods until the operator marks them "
                  "NotReady (its heartbeat 20 s overdue)",
     "node-partition": "new connections reach the cut-off node's pods until the operator marks "
                       "them NotReady (its heartbeat 20 s overdue), as for a lost node",
+    "node-hung": "new connections reach the hung node's pods until the operator marks them "
+                 "NotReady (its heartbeat 20 s overdue), as for a lost node",
 }
 # A process dies or hangs with calls on it: those calls are tried again (bounded below).
-LOST_CONNECTIONS = {"node-crash", "node-frozen", "node-lost", "node-partition"}
+LOST_CONNECTIONS = {"node-crash", "node-frozen", "node-lost", "node-partition", "node-hung"}
 
 
 def read_stakes(path: str) -> tuple[dict, dict]:

@@ -65,6 +65,8 @@ pub struct Context {
     monitors_unavailable: UnavailableMonitors,
     /// What reading Nodes (for ring zones) has warned about already.
     pub node_read_warnings: observe::NodeReadWarnings,
+    /// With leader election: this replica's term, checked before each write of a pass.
+    pub term: Option<Arc<crate::leader::Term>>,
 }
 
 impl Context {
@@ -82,6 +84,25 @@ impl Context {
             resize_supported: std::sync::atomic::AtomicBool::new(true),
             monitors_unavailable: UnavailableMonitors::default(),
             node_read_warnings: observe::NodeReadWarnings::default(),
+            term: None,
+        }
+    }
+
+    /// This context, acting only within `term` (leader election).
+    #[must_use]
+    pub fn with_term(mut self, term: Arc<crate::leader::Term>) -> Self {
+        self.term = Some(term);
+        self
+    }
+
+    /// Fails unless this replica may still write: without leader election always, with it
+    /// while its term lasts ([`crate::leader::Term`]). Asked before each write of a pass,
+    /// so a leader frozen or cut off mid-pass does not finish it on stale reads once a
+    /// standby may have taken over.
+    fn still_leading(&self) -> Result<()> {
+        match &self.term {
+            Some(term) if !term.holds() => Err(Error::NotLeading),
+            _ => Ok(()),
         }
     }
 
@@ -132,6 +153,7 @@ fn bounded_note(mut note: String) -> String {
 #[tracing::instrument(skip_all, fields(cachecluster = %cc.name_any(), namespace = ?cc.namespace(), generation = ?cc.metadata.generation))]
 pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
+    ctx.still_leading()?;
     let namespace = cc.namespace().unwrap_or_default();
     let name = cc.name_any();
     let observed =
@@ -191,15 +213,18 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     // before anything slower runs; the plans above already took them out of the ring.
     let node_loss = nodeloss::plan_node_loss(&observed.pods, &observed.node_health);
     if node_loss.any() {
+        ctx.still_leading()?;
         execute::run_node_loss(&ctx, &cc, &namespace, &node_loss).await;
     }
     let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
     let desired = build::desired_resources(&cluster, &layouts);
+    ctx.still_leading()?;
     let applied = match apply::apply_cluster(&ctx.client, &cluster, &desired).await {
         Ok(applied) => applied,
         Err(failed) => return Err(report_apply_failure(&ctx, &cc, failed).await?),
     };
     report_applied(&ctx, &cc, &cluster, &observed, &applied).await;
+    ctx.still_leading()?;
     execute::run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
     record_pool_metrics(&ctx.metrics, &cluster, &plans);
     let progressing = plans.iter().any(|(plan, _)| plan.progressing());
@@ -217,6 +242,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         .as_ref()
         .map(|token| format!("{}/{}", token.secret, token.key));
     if cc.status.as_ref() != Some(&status) {
+        ctx.still_leading()?;
         status::apply_status(&ctx.client, &cc, &status).await?;
     }
     Ok(Action::requeue(if progressing || node_loss.any() {

@@ -107,6 +107,10 @@ pub enum Error {
         #[source]
         source: SecretError,
     },
+    /// This replica's leader term ran out mid-pass (it was frozen or cut off from the API
+    /// server for longer than the lease): it stops writing; the election decides who goes on.
+    #[error("no longer the leader: the lease ran out before this pass could write")]
+    NotLeading,
     /// Writing status failed.
     #[error("failed to write status of {name}")]
     Status {
@@ -129,6 +133,7 @@ impl Error {
             Self::Rollout { .. } => "rollout",
             Self::Secret { .. } => "secret",
             Self::Status { .. } => "status",
+            Self::NotLeading => "not_leading",
         }
     }
 }

@@ -33,12 +33,69 @@ pub struct LeaseConfig {
     pub renew_every: Duration,
 }
 
+/// How long this replica may still act as the leader, by its own monotonic clock: until
+/// its last successful renewal plus the lease's duration, less `TERM_MARGIN`. A leader
+/// that was frozen (its host hung, its process stopped) or cut off from the API server
+/// past that point is no longer the leader — a standby may have taken the Lease — though
+/// no election round has told it yet: after a thaw, the reconcile may run before the
+/// renewal that would find out. The reconcile asks [`Term::holds`] before each write.
+#[derive(Debug, Default)]
+pub struct Term {
+    valid_until: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// Taken off the lease's duration: the other replicas compare the Lease's renew time with
+/// their own wall clocks, which may run ahead of ours by this much.
+pub const TERM_MARGIN: Duration = Duration::from_secs(2);
+
+impl Term {
+    /// Records a renewal that succeeded at `at`, for a lease of `lease_duration`.
+    pub fn renewed(&self, at: std::time::Instant, lease_duration: Duration) {
+        *self.until() = Some(at + lease_duration.saturating_sub(TERM_MARGIN));
+    }
+
+    /// Ends the term at once (the Lease is lost or given up).
+    pub fn end(&self) {
+        *self.until() = None;
+    }
+
+    /// Whether this replica still holds the Lease as of `now`.
+    pub fn holds_at(&self, now: std::time::Instant) -> bool {
+        self.until().is_some_and(|until| now < until)
+    }
+
+    /// The end of the term (a poisoned lock still holds a valid instant: it is only ever
+    /// overwritten whole).
+    fn until(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.valid_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether this replica still holds the Lease now.
+    pub fn holds(&self) -> bool {
+        self.holds_at(std::time::Instant::now())
+    }
+}
+
 /// Runs the election forever, publishing `true` while this replica leads.
 pub async fn run(client: Client, config: LeaseConfig, leading: watch::Sender<bool>) {
+    run_with_term(client, config, leading, std::sync::Arc::default()).await;
+}
+
+/// [`run`], keeping `term` up to date: renewed on each round that holds the Lease (as of
+/// the round's start), ended on each that does not.
+pub async fn run_with_term(
+    client: Client,
+    config: LeaseConfig,
+    leading: watch::Sender<bool>,
+    term: std::sync::Arc<Term>,
+) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut tick = tokio::time::interval(config.renew_every);
     loop {
         tick.tick().await;
+        let started = std::time::Instant::now();
         let now = Timestamp::now();
         let result = try_acquire_or_renew(&api, &config, now).await;
         let is_leader = match result {
@@ -49,6 +106,11 @@ pub async fn run(client: Client, config: LeaseConfig, leading: watch::Sender<boo
                 false
             }
         };
+        if is_leader {
+            term.renewed(started, config.lease_duration);
+        } else {
+            term.end();
+        }
         if *leading.borrow() != is_leader {
             tracing::info!(leading = is_leader, identity = %config.identity, "leadership changed");
         }
@@ -137,5 +199,26 @@ pub async fn release(client: Client, config: &LeaseConfig) {
         Err(err) => {
             tracing::warn!(error = %err, lease = %config.name, "could not release the leader lease; it expires on its own")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_term_ends_a_lease_less_the_margin_after_its_last_renewal() {
+        let term = Term::default();
+        let start = std::time::Instant::now();
+        assert!(!term.holds_at(start), "no term before the first renewal");
+        term.renewed(start, Duration::from_secs(15));
+        assert!(term.holds_at(start + Duration::from_secs(12)));
+        // A replica frozen past its lease (less the margin) no longer leads, whatever its
+        // election loop has not yet found out.
+        assert!(!term.holds_at(start + Duration::from_secs(13)));
+        term.renewed(start + Duration::from_secs(5), Duration::from_secs(15));
+        assert!(term.holds_at(start + Duration::from_secs(17)));
+        term.end();
+        assert!(!term.holds_at(start + Duration::from_secs(6)));
     }
 }

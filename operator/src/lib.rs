@@ -74,7 +74,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             lease_duration: config.lease_duration,
             renew_every: config.lease_duration / 3,
         };
-        let election = tokio::spawn(leader::run(client.clone(), lease.clone(), leading_tx));
+        let term = Arc::new(leader::Term::default());
+        let election = tokio::spawn(leader::run_with_term(
+            client.clone(),
+            lease.clone(),
+            leading_tx,
+            Arc::clone(&term),
+        ));
         tracing::info!(identity = %config.identity, "waiting for leadership");
         // A standby is ready once it has taken part in one election round: it can take over
         // when the leader stops renewing. Were readiness to wait for leadership, a second
@@ -90,12 +96,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             let _ = leading.wait_for(|leading| !*leading).await;
         };
         let release_client = client.clone();
-        let ctx = Arc::new(Context::new(
-            client,
-            defaults(&config),
-            Arc::clone(&metrics),
-            &config.identity,
-        ));
+        let ctx = Arc::new(
+            Context::new(
+                client,
+                defaults(&config),
+                Arc::clone(&metrics),
+                &config.identity,
+            )
+            .with_term(Arc::clone(&term)),
+        );
         tokio::select! {
             result = controller::run_all(ctx, &config.watch_namespace) => {
                 // The controllers end on SIGTERM: stop renewing, then hand the Lease over
