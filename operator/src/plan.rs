@@ -394,6 +394,18 @@ pub fn plan_pool(
     if !held_out.is_empty() {
         steps.push(Step::HoldOut(held_out));
     }
+    let admitted: Vec<String> = observed
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.gate == (Gate::Closed { up: true })
+                && n.report.is_some_and(|r| r.ring_version >= topology.version)
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    if !admitted.is_empty() {
+        steps.push(Step::Admit(admitted));
+    }
     let behind: Vec<(String, String)> = observed
         .nodes
         .iter()
@@ -403,21 +415,8 @@ pub fn plan_pool(
             (!current).then(|| (n.name.clone(), ip.to_owned()))
         })
         .collect();
-    // Gates open once the node runs the current ring: already (its report says so), or
-    // once this pass's push has installed it — the Admit step follows the push and runs
-    // only if every push succeeded (a failed node call ends the pass), which saves a pass
-    // on every pod start.
-    let admitted: Vec<String> = observed
-        .nodes
-        .iter()
-        .filter(|n| n.gate == (Gate::Closed { up: true }))
-        .map(|n| n.name.clone())
-        .collect();
     if !behind.is_empty() {
         steps.push(Step::PushRing(behind));
-    }
-    if !admitted.is_empty() {
-        steps.push(Step::Admit(admitted));
     }
     let rebalance = |steps: &mut Vec<Step>, node: &NodeView| {
         if let Some(ip) = node.reachable() {
@@ -1037,19 +1036,17 @@ mod tests {
         back.nodes[1].unready_seconds = 40;
         let behind = plan_pool(&cluster, pool, &back);
         assert_eq!(behind.layout.topology.version, 2);
-        // Sent the ring that says it is out (so it drops what it held), then admitted in
-        // the same pass — the Admit step runs only if that push succeeded.
         assert_eq!(
             behind.steps,
-            [
-                Step::PushRing(vec![("demo-hot-1".into(), "10.0.0.1".into())]),
-                Step::Admit(vec!["demo-hot-1".into()]),
-            ]
+            [Step::PushRing(vec![(
+                "demo-hot-1".into(),
+                "10.0.0.1".into()
+            )])]
         );
         assert_eq!(state(&behind, 1), Some(MemberState::Joining));
 
-        // Running that ring already (say the admit's write failed): admitted without a
-        // push; still out of the key space until its pod has been Ready for a moment.
+        // Running that ring (and so empty): admitted; still out of the key space until
+        // its pod has been Ready for a moment.
         back.nodes[1].report = report(3, 2, 0);
         let admitted = plan_pool(&cluster, pool, &back);
         assert_eq!(admitted.steps, [Step::Admit(vec!["demo-hot-1".into()])]);
@@ -1078,8 +1075,7 @@ mod tests {
         };
         let first = plan_pool(&cluster, pool, &observed);
         assert!(
-            matches!(first.steps.as_slice(),
-                [Step::PushRing(targets), Step::Admit(names)] if targets.len() == 2 && names.len() == 2),
+            matches!(first.steps.as_slice(), [Step::PushRing(targets)] if targets.len() == 2),
             "{:?}",
             first.steps
         );
