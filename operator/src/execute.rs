@@ -213,24 +213,8 @@ async fn set_gates(
     names: &[String],
     open: bool,
 ) {
-    let params = PatchParams {
-        field_manager: Some(crate::apply::FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
     let patch = rollout::gate_patch(open, &crate::now());
-    let mut done = Vec::new();
-    for name in names {
-        match pods
-            .patch_status(name, &params, &Patch::Strategic(&patch))
-            .await
-        {
-            Ok(_) => done.push(name.clone()),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => {
-                tracing::warn!(pod = %name, open, error = %crate::chain(&err), "cannot set the pod's readiness gate (the chart grants patch on pods/status)");
-            }
-        }
-    }
+    let done = patch_pod_statuses(pods, names, &patch, "set the pod's readiness gate").await;
     if done.is_empty() {
         return;
     }
@@ -251,6 +235,35 @@ async fn set_gates(
     }
 }
 
+/// Applies the status patch `patch` (a strategic merge) to each of pods `names`, as the
+/// operator's field manager; returns the pods written. A pod gone (404) is skipped; any
+/// other failure is logged ("cannot {what}") and tried again on a later pass.
+async fn patch_pod_statuses(
+    pods: &Api<Pod>,
+    names: &[String],
+    patch: &serde_json::Value,
+    what: &str,
+) -> Vec<String> {
+    let params = PatchParams {
+        field_manager: Some(crate::apply::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let mut done = Vec::new();
+    for name in names {
+        match pods
+            .patch_status(name, &params, &Patch::Strategic(patch))
+            .await
+        {
+            Ok(_) => done.push(name.clone()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => {
+                tracing::warn!(pod = %name, error = %crate::chain(&err), "cannot {what} (the chart grants patch on pods/status)");
+            }
+        }
+    }
+    done
+}
+
 /// Acts on the cluster's pods on lost Kubernetes nodes as `plan` says: patches the
 /// `Ready` condition of those still Ready to `False` (`pods/status`, a strategic merge
 /// that merges `conditions` by type), then force-deletes the pods of the node whose turn
@@ -263,26 +276,16 @@ pub(crate) async fn run_node_loss(
     plan: &NodeLossPlan,
 ) {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let params = PatchParams {
-        field_manager: Some(crate::apply::FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
     let now = crate::now();
     for lost in &plan.lost {
         let patch = nodeloss::not_ready_patch(&lost.node, lost.lost_seconds, &now);
-        let mut marked = Vec::new();
-        for name in &lost.mark_not_ready {
-            match pods
-                .patch_status(name, &params, &Patch::Strategic(&patch))
-                .await
-            {
-                Ok(_) => marked.push(name.clone()),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(err) => {
-                    tracing::warn!(pod = %name, node = %lost.node, error = %crate::chain(&err), "cannot mark a pod on a lost node NotReady (the chart grants patch on pods/status)");
-                }
-            }
-        }
+        let marked = patch_pod_statuses(
+            &pods,
+            &lost.mark_not_ready,
+            &patch,
+            "mark a pod on a lost node NotReady",
+        )
+        .await;
         if !marked.is_empty() {
             tracing::warn!(node = %lost.node, lost_seconds = lost.lost_seconds, pods = ?marked, "node lost: pods marked NotReady");
             ctx.publish(
