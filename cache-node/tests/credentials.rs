@@ -201,6 +201,7 @@ async fn internal_headers_are_refused_from_clients_and_the_admin() {
             ("x-flightcache-ring-version", "18446744073709551615"),
             ("x-flightcache-write", "migration"),
             ("x-flightcache-write", "fallback"),
+            ("x-flightcache-write", "migration-batch"),
             ("x-flightcache-read", "held"),
             ("x-flightcache-entry-ttl-ms", "1"),
         ] {

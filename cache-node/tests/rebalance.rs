@@ -449,3 +449,146 @@ async fn with_two_copies_a_draining_node_sends_each_entry_only_to_the_owner_that
     }
     cluster.shutdown().await;
 }
+
+/// A migration batch's messages: each entry's FlightData (schema and batch), the first
+/// naming its key and carrying `lifetime` (JSON) as `app_metadata`.
+fn migration_batch(entries: &[(&str, RecordBatch, &str)]) -> Vec<arrow_flight::FlightData> {
+    let mut messages = Vec::new();
+    for (key, batch, lifetime) in entries {
+        let mut entry =
+            arrow_flight::utils::batches_to_flight_data(&batch.schema(), [batch]).unwrap();
+        entry[0].flight_descriptor = Some(path(key));
+        entry[0].app_metadata = bytes::Bytes::from(lifetime.to_string());
+        messages.extend(entry);
+    }
+    messages
+}
+
+/// Sends a migration batch to `node` as a peer would; the per-entry answers or the
+/// call's status.
+async fn send_migration_batch(
+    node: &RunningNode,
+    messages: Vec<arrow_flight::FlightData>,
+) -> Result<Vec<serde_json::Value>, tonic::Status> {
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    let mut raw = FlightServiceClient::new(channel(node).await);
+    let mut request = tonic::Request::new(futures::stream::iter(messages));
+    request
+        .metadata_mut()
+        .insert("x-flightcache-write", "migration-batch".parse().unwrap());
+    let mut answers = raw.do_put(request).await?.into_inner();
+    let mut all = Vec::new();
+    while let Some(answer) = answers.message().await? {
+        all.push(serde_json::from_slice(&answer.app_metadata).unwrap());
+    }
+    Ok(all)
+}
+
+#[tokio::test]
+async fn a_migration_batch_stores_each_entry_as_a_handover_within_its_bounds() {
+    let cluster = Cluster::start(1).await;
+    let node = cluster.node(0);
+    let mut via0 = cluster.client(0).await;
+    // A newer write is already here: a handover never overwrites it.
+    put(
+        &mut via0,
+        path("batch/present"),
+        vec![sample_batch(2, 7)],
+        None,
+    )
+    .await
+    .unwrap();
+    let answers = send_migration_batch(
+        node,
+        migration_batch(&[
+            (
+                "batch/aged",
+                sample_batch(5, 1),
+                r#"{"ageMs":60000,"idleMs":1000}"#,
+            ),
+            (
+                "batch/present",
+                sample_batch(9, 9),
+                r#"{"ageMs":0,"idleMs":0}"#,
+            ),
+            (
+                "batch/own-ttl",
+                sample_batch(3, 2),
+                r#"{"ageMs":0,"idleMs":0,"ttlMs":600000}"#,
+            ),
+        ]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answers, vec![json!({"held": true}); 3]);
+    assert_eq!(
+        get(&mut via0, path_ticket("batch/aged")).await.unwrap(),
+        vec![sample_batch(5, 1)]
+    );
+    assert_eq!(
+        get(&mut via0, path_ticket("batch/present")).await.unwrap(),
+        vec![sample_batch(2, 7)],
+        "the newer write stays"
+    );
+    let own_ttl = node.store.peek(b"Pbatch/own-ttl").unwrap();
+    assert_eq!(own_ttl.ttl_override(), Some(Duration::from_secs(600)));
+    // The carried age counts: written a minute ago at the sender, so it has a minute
+    // less to live than an entry written now.
+    let aged = node.store.peek(b"Pbatch/aged").unwrap();
+    let fresh = node.store.peek(b"Pbatch/present").unwrap();
+    assert!(
+        fresh.expires_at() - aged.expires_at() >= Duration::from_secs(59),
+        "aged {:?}, fresh {:?}",
+        aged.expires_at(),
+        fresh.expires_at()
+    );
+
+    // Bounded: an entry too large to be held whole, a lifetime that is not one, more
+    // entries than a batch may carry. Each is INVALID_ARGUMENT saying what to do.
+    let large = sample_batch(20_000, 3);
+    let refused = send_migration_batch(
+        node,
+        migration_batch(&[("batch/large", large, r#"{"ageMs":0,"idleMs":0}"#)]),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("larger than 262144 bytes")
+            && refused.message().contains("DoPut of its own"),
+        "{refused:?}"
+    );
+    assert!(!holds(node, "batch/large"));
+    let refused = send_migration_batch(
+        node,
+        migration_batch(&[("batch/options", sample_batch(1, 0), r#"{"ttl":"30s"}"#)]),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("lifetime"), "{refused:?}");
+    assert!(!holds(node, "batch/options"));
+    let keys: Vec<String> = (0..257).map(|i| format!("batch/many/{i}")).collect();
+    let many: Vec<(&str, RecordBatch, &str)> = keys
+        .iter()
+        .map(|key| {
+            (
+                key.as_str(),
+                sample_batch(1, 0),
+                r#"{"ageMs":0,"idleMs":0}"#,
+            )
+        })
+        .collect();
+    let refused = send_migration_batch(node, migration_batch(&many))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("at most 256 entries"),
+        "{refused:?}"
+    );
+    // The entries before the bound are whole, so they stay; the one past it is not stored.
+    assert!(holds(node, "batch/many/255"));
+    assert!(!holds(node, "batch/many/256"));
+    cluster.shutdown().await;
+}

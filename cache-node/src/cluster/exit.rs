@@ -14,8 +14,8 @@
 //! once it is back it asks there on a miss for the move window (`previous_holders`).
 //!
 //! Bounded: at most [`crate::config::EXIT_HANDOFF_BUDGET`] in all (inside the pod's termination grace,
-//! before the serving grace and the disk flush), [`EXIT_CONCURRENCY`] entries and
-//! [`EXIT_KIB_IN_FLIGHT`] KiB of them at once;
+//! before the serving grace and the disk flush), [`EXIT_CALLS_AT_ONCE`] calls and
+//! [`EXIT_KIB_IN_FLIGHT`] KiB of entries at once;
 //! what is not sent by then is counted and logged, never waited for.
 //!
 //! Owns: the exit copies. Must not import `flight/` or `wire/` (see the `cluster` module
@@ -31,7 +31,8 @@ use super::forward::{self, PutFailure, WriteKind};
 use super::{Cluster, ForwardedPut, Upload};
 use crate::error::Result;
 use crate::key::CacheKey;
-use crate::store::HandoffEntry;
+use crate::routing::members::{Membership, Peer};
+use crate::store::{HandoffEntry, Lifetime};
 use crate::streams::UploadRest;
 
 /// Longest a node serves through its exit handoff with one copy of each key. Past it,
@@ -40,15 +41,17 @@ use crate::streams::UploadRest;
 /// and a call in flight then fails, while a key read before its copy lands only misses.
 pub const EXIT_SERVING_LIMIT: Duration = Duration::from_millis(1500);
 
-/// Entries sent at once at exit. Higher than a rebalance's: a force-deleted pod is
-/// killed 2 s after its SIGTERM, and each copy is a small DoPut whose time is mostly
-/// waiting for the peer, so more at once gets more of the hot set out before the kill.
-/// Measured in the local cluster under load (6,853 entries of ~5 KB): 16 at once took
-/// 1.86–1.99 s, at the edge of the kill; 64 at once 0.98–1.94 s.
-pub const EXIT_CONCURRENCY: usize = 64;
+/// Calls of the exit handoff at once: batches of small entries (see
+/// [`EXIT_BATCH_ENTRIES`]) or single large entries.
+pub const EXIT_CALLS_AT_ONCE: usize = 8;
+
+/// Small entries per batch call to one holder at exit. Measured under the changes e2e's
+/// load (6,853 entries of ~5 KB to two holders) with one DoPut per entry, 64 at once:
+/// 1.19–1.66 s, at the edge of a force delete's SIGKILL 2 s after the SIGTERM.
+pub const EXIT_BATCH_ENTRIES: usize = 64;
 
 /// Bytes of entries (KiB) being sent at once at exit: large entries go a few at a time,
-/// so the receivers' budgets are not asked for 64 large entries at once. An entry larger
+/// so the receivers' budgets are not asked for many large entries at once. A call larger
 /// than this goes alone.
 pub const EXIT_KIB_IN_FLIGHT: u32 = 16 * 1024;
 
@@ -70,6 +73,48 @@ pub async fn serving_at_most<F: std::future::Future>(
     }
 }
 
+/// One call of the exit handoff: a batch of small entries to one holder (`to`), or one
+/// large entry to each of its holders (`to` none). Entries by their index in the
+/// handoff list, with the lifetime they carry.
+struct ExitCall {
+    to: Option<Peer>,
+    entries: Vec<(usize, Lifetime)>,
+    kib: u32,
+}
+
+/// Per entry of the handoff list: how many holders have still to answer, and whether
+/// one refused.
+#[derive(Default)]
+struct Tally {
+    waiting: std::collections::HashMap<usize, (usize, bool)>,
+}
+
+impl Tally {
+    fn expect(&mut self, index: usize, holders: usize) {
+        self.waiting.insert(index, (holders, true));
+    }
+
+    /// A holder's answer for entry `index` (for an entry sent alone, all of them): the
+    /// entry is sent once every holder has it, failed once every holder answered and
+    /// one did not take it.
+    fn record(&mut self, index: usize, held: bool, report: &mut ExitHandoff) {
+        let Some((left, all_held)) = self.waiting.get_mut(&index) else {
+            return;
+        };
+        *all_held &= held;
+        *left = left.saturating_sub(1);
+        if *left > 0 {
+            return;
+        }
+        if *all_held {
+            report.sent += 1;
+        } else {
+            report.failed += 1;
+        }
+        self.waiting.remove(&index);
+    }
+}
+
 /// What the exit handoff did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExitHandoff {
@@ -86,7 +131,9 @@ pub struct ExitHandoff {
 impl Cluster {
     /// Copies every entry this node holds, hottest first, to its key's holders once this
     /// node has left the ring, within `budget`. Nothing to do for a node that is not a
-    /// ring member or is the ring's only active member.
+    /// ring member or is the ring's only active member. Small entries go in migration
+    /// batches ([`forward::send_batch`], [`EXIT_BATCH_ENTRIES`] to a holder per call),
+    /// larger ones one DoPut each; an entry counts as sent once every holder has it.
     pub async fn hand_off_at_exit(&self, budget: Duration) -> ExitHandoff {
         let started = Instant::now();
         self.begin_stopping();
@@ -96,29 +143,32 @@ impl Cluster {
         let entries = self.store.handoff_list();
         let total = entries.len() as u64;
         let mut report = ExitHandoff::default();
+        let (calls, mut tally) = self.exit_calls(&entries, &leaving, &mut report);
         let metadata = MetadataMap::new();
         let in_flight = tokio::sync::Semaphore::new(EXIT_KIB_IN_FLIGHT as usize);
-        let sends = futures::stream::iter(entries)
-            .map(|entry| {
-                let kib = entry.entry.weight_bytes().div_ceil(1024);
-                let kib = u32::try_from(kib)
-                    .map_or(EXIT_KIB_IN_FLIGHT, |kib| kib.clamp(1, EXIT_KIB_IN_FLIGHT));
-                let (in_flight, leaving, metadata) = (&in_flight, &leaving, &metadata);
+        let sends = futures::stream::iter(calls)
+            .map(|call| {
+                let kib = call.kib.clamp(1, EXIT_KIB_IN_FLIGHT);
+                let (in_flight, leaving, metadata, entries) =
+                    (&in_flight, &leaving, &metadata, &entries);
                 async move {
                     // The semaphore is never closed; a failure would only skip the bound.
                     let _bytes = in_flight.acquire_many(kib).await;
-                    self.copy_to_next_holders(entry, leaving, metadata).await
+                    self.send_exit_call(call, entries, leaving, metadata).await
                 }
             })
-            .buffer_unordered(EXIT_CONCURRENCY);
+            .buffer_unordered(EXIT_CALLS_AT_ONCE);
         tokio::pin!(sends);
         let deadline = tokio::time::sleep(budget);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                sent = sends.next() => match sent {
-                    Some(true) => report.sent += 1,
-                    Some(false) => report.failed += 1,
+                done = sends.next() => match done {
+                    Some(outcomes) => {
+                        for (index, held) in outcomes {
+                            tally.record(index, held, &mut report);
+                        }
+                    }
                     None => break,
                 },
                 () = &mut deadline => break,
@@ -134,6 +184,123 @@ impl Cluster {
             "exit handoff: entries copied to the nodes that hold their keys while this one is away"
         );
         report
+    }
+
+    /// The calls of an exit handoff, in the order of `entries` (hottest first): each
+    /// holder's small entries in batches, each large entry on its own. Entries with
+    /// nothing to send (expired: nothing to keep) are counted as sent, those that cannot
+    /// be sent (a bad key, a holder without an address) as failed, in `report`.
+    fn exit_calls(
+        &self,
+        entries: &[HandoffEntry],
+        leaving: &Membership,
+        report: &mut ExitHandoff,
+    ) -> (Vec<ExitCall>, Tally) {
+        let mut calls = Vec::new();
+        let mut tally = Tally::default();
+        let mut open: Vec<(Peer, ExitCall)> = Vec::new();
+        for (index, handoff) in entries.iter().enumerate() {
+            let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+            let expired = lifetime.remaining.is_some_and(|left| left.is_zero());
+            let valid_key = CacheKey::try_from_store_bytes(&handoff.key).is_ok();
+            let holders: Option<Vec<Peer>> = leaving
+                .owners(&handoff.key)
+                .into_iter()
+                .map(|id| leaving.peer(id))
+                .collect();
+            let kib = u32::try_from(handoff.entry.weight_bytes().div_ceil(1024))
+                .unwrap_or(EXIT_KIB_IN_FLIGHT);
+            match holders {
+                _ if expired => report.sent += 1,
+                Some(holders) if valid_key && !holders.is_empty() => {
+                    if handoff.entry.weight_bytes() > forward::MIGRATION_BATCH_ENTRY_MAX_BYTES {
+                        tally.expect(index, 1);
+                        calls.push(ExitCall {
+                            to: None,
+                            entries: vec![(index, lifetime)],
+                            kib,
+                        });
+                        continue;
+                    }
+                    tally.expect(index, holders.len());
+                    for holder in holders {
+                        let slot = match open.iter().position(|(peer, _)| *peer == holder) {
+                            Some(slot) => slot,
+                            None => {
+                                let call = ExitCall {
+                                    to: Some(holder.clone()),
+                                    entries: Vec::new(),
+                                    kib: 0,
+                                };
+                                open.push((holder, call));
+                                open.len() - 1
+                            }
+                        };
+                        let call = &mut open[slot].1;
+                        call.entries.push((index, lifetime));
+                        call.kib = call.kib.saturating_add(kib);
+                        if call.entries.len() == EXIT_BATCH_ENTRIES {
+                            calls.push(open.swap_remove(slot).1);
+                        }
+                    }
+                }
+                _ => report.failed += 1,
+            }
+        }
+        calls.extend(open.into_iter().map(|(_, call)| call));
+        (calls, tally)
+    }
+
+    /// Sends one call of the exit handoff; returns, per entry index, whether the holder
+    /// (or, for a large entry sent alone, every holder) has it now.
+    async fn send_exit_call(
+        &self,
+        call: ExitCall,
+        entries: &[HandoffEntry],
+        leaving: &Membership,
+        metadata: &MetadataMap,
+    ) -> Vec<(usize, bool)> {
+        let Some(peer) = call.to else {
+            let mut done = Vec::new();
+            for (index, _) in call.entries {
+                let held = match entries.get(index) {
+                    Some(handoff) => self.copy_to_next_holders(handoff, leaving, metadata).await,
+                    None => false,
+                };
+                done.push((index, held));
+            }
+            return done;
+        };
+        let keys: Vec<(usize, CacheKey, Lifetime)> = call
+            .entries
+            .into_iter()
+            .filter_map(|(index, lifetime)| {
+                let key = CacheKey::try_from_store_bytes(&entries.get(index)?.key).ok()?;
+                Some((index, key, lifetime))
+            })
+            .collect();
+        let batch: Vec<forward::BatchEntry<'_>> = keys
+            .iter()
+            .filter_map(|(index, key, lifetime)| {
+                Some(forward::BatchEntry {
+                    key,
+                    entry: &entries.get(*index)?.entry,
+                    lifetime: *lifetime,
+                })
+            })
+            .collect();
+        let sender = self.sender();
+        match forward::send_batch(&self.peers, &peer, &sender, &batch, metadata).await {
+            Ok(held) => keys
+                .iter()
+                .zip(held)
+                .map(|((index, _, _), held)| (*index, held))
+                .collect(),
+            Err(err) => {
+                tracing::debug!(holder = %peer.id, entries = keys.len(), error = %err, "exit handoff batch failed");
+                keys.iter().map(|(index, _, _)| (*index, false)).collect()
+            }
+        }
     }
 
     /// A client's put of a key this stopping node owns: sent on to the key's holder while
@@ -182,8 +349,8 @@ impl Cluster {
     /// has it (an expired entry counts as done: nothing to keep).
     async fn copy_to_next_holders(
         &self,
-        handoff: HandoffEntry,
-        leaving: &crate::routing::members::Membership,
+        handoff: &HandoffEntry,
+        leaving: &Membership,
         metadata: &MetadataMap,
     ) -> bool {
         let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {

@@ -122,6 +122,83 @@ impl FlightCacheService {
         Ok(futures::stream::iter([Ok(reply)]).boxed())
     }
 
+    /// A migration batch (`forward::send_batch`): entry after entry, each begun by a
+    /// message naming its key and carrying its lifetime, stored as a handover (only where
+    /// the key is absent), answered by one `PutResult` per entry in order. An entry's
+    /// messages are held until the next entry begins, so a batch takes only small
+    /// entries ([`forward::MIGRATION_BATCH_ENTRY_MAX_BYTES`] each) and at most
+    /// [`forward::MIGRATION_BATCH_MAX_ENTRIES`]; past either the call fails
+    /// INVALID_ARGUMENT (the entries before it stay stored: each is whole).
+    async fn store_migration_batch(
+        &self,
+        first: FlightData,
+        key: CacheKey,
+        mut input: UploadRest,
+        metadata: &MetadataMap,
+    ) -> Result<FlightStream<PutResult>, Error> {
+        let stream_failed = |status: Status| {
+            Error::BadPutStream(format!(
+                "the migration batch stream failed: {}",
+                status.message()
+            ))
+        };
+        let mut answers = Vec::new();
+        let mut next = Some((first, key));
+        while let Some((mut head, key)) = next.take() {
+            if answers.len() == forward::MIGRATION_BATCH_MAX_ENTRIES {
+                return Err(Error::BadPutStream(format!(
+                    "a migration batch carries at most {} entries",
+                    forward::MIGRATION_BATCH_MAX_ENTRIES
+                )));
+            }
+            let lifetime = forward::CarriedLifetime::decode(&head.app_metadata)?;
+            head.app_metadata = Bytes::new();
+            let mut bytes = (head.data_header.len() + head.data_body.len()) as u64;
+            let mut rest = Vec::new();
+            while let Some(message) = input.next().await {
+                let message = message.map_err(stream_failed)?;
+                if let Some(descriptor) = &message.flight_descriptor {
+                    let key = CacheKey::from_descriptor(descriptor)?;
+                    next = Some((message, key));
+                    break;
+                }
+                bytes += (message.data_header.len() + message.data_body.len()) as u64;
+                if bytes > forward::MIGRATION_BATCH_ENTRY_MAX_BYTES {
+                    return Err(Error::BadPutStream(format!(
+                        "the entry {key} of a migration batch is larger than {} bytes; \
+                         hand it over with a DoPut of its own",
+                        forward::MIGRATION_BATCH_ENTRY_MAX_BYTES
+                    )));
+                }
+                rest.push(Ok(message));
+            }
+            let rest = futures::stream::iter(rest).boxed();
+            let ingested = put::ingest(&self.store, key.clone(), head, rest, lifetime, None).await;
+            self.cluster.put_finished(&key);
+            let answer = match ingested {
+                Ok(summary) => {
+                    let copy = Some(WriteKind::Migration);
+                    self.cluster
+                        .stored(&key, copy, summary.kept_existing, summary.bytes, metadata)
+                        .await;
+                    forward::BatchEntryAnswer {
+                        held: true,
+                        refused: None,
+                    }
+                }
+                Err(err) => forward::BatchEntryAnswer {
+                    held: false,
+                    refused: Some(err.to_string()),
+                },
+            };
+            let encoded = serde_json::to_vec(&answer).unwrap_or_default();
+            answers.push(Ok(PutResult {
+                app_metadata: Bytes::from(encoded),
+            }));
+        }
+        Ok(futures::stream::iter(answers).boxed())
+    }
+
     /// This node's live entries under `prefix` as FlightInfos under their store keys,
     /// sorted by key.
     fn list_local(&self, prefix: &[u8]) -> Result<Vec<(Bytes, FlightInfo)>, Error> {
@@ -504,6 +581,14 @@ impl FlightService for FlightCacheService {
             // A copy (replica write, handover) is stored here, never forwarded again.
             let copy = forward::write_kind(&metadata);
             let stopping = self.cluster.is_stopping();
+            if forward::is_migration_batch(&metadata) {
+                if stopping {
+                    return Err(Error::Stopping);
+                }
+                return self
+                    .store_migration_batch(first, key, input, &metadata)
+                    .await;
+            }
             if copy.is_some() && stopping {
                 return Err(Error::Stopping);
             }
