@@ -1103,3 +1103,61 @@ async fn a_pool_listing_answers_at_most_the_cap_the_pools_first_keys_first() {
     );
     cluster.shutdown().await;
 }
+
+/// A stand-in for an owner that is killed under a call: it takes HTTP/2 connections and
+/// answers every request with response headers, then (100 ms later) resets the stream
+/// before any data.
+async fn owner_killed_after_its_headers() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                while let Some(Ok((_request, mut respond))) = connection.accept().await {
+                    let response = tonic::codegen::http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .body(())
+                        .unwrap();
+                    if let Ok(mut stream) = respond.send_response(response, false) {
+                        // The headers reach the caller first; the kill comes a moment later.
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                        });
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn an_owner_that_ends_before_its_first_frame_leaves_the_read_to_the_normal_path() {
+    let cluster = Cluster::start(2).await;
+    let fake = owner_killed_after_its_headers().await;
+    // n-1 is the stand-in: keys it owns are relayed there by n-0.
+    cluster
+        .publish_document(json!({
+            "version": 2,
+            "replicas": 1,
+            "members": [
+                {"id": "n-0", "address": cluster.addresses[0], "state": "active"},
+                {"id": "n-1", "address": fake, "state": "active"},
+            ],
+        }))
+        .await;
+    let key = keys_owned_by(&cluster.ring(&[]), "n-1", "killed-owner", 1).remove(0);
+    let mut via0 = cluster.client(0).await;
+    let err = status(get(&mut via0, path_ticket(&key)).await.unwrap_err());
+    // Not UNAVAILABLE after the owner's headers (which a client does not retry once
+    // headers came): neither the relay nor the normal path passes the owner's answer on
+    // before its first message, so the read fails over to the key's next candidate
+    // (n-0, which does not have it) and is a miss, which the client refills.
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(err.message().contains("answered as a miss"), "{err:?}");
+    cluster.shutdown().await;
+}
