@@ -6,9 +6,8 @@
 //! removes them here), so at their SIGTERM little is left. An unplanned one finds the
 //! node active with its hot set: without a handoff its keys would be misses until it is
 //! back and re-warmed. Each entry, hottest first, goes to the key's holders under the
-//! ring with this node draining (its next ring choice) as a handover (`handover.rs`:
-//! small entries in migration batches, larger ones as DoPuts marked
-//! `x-flightcache-write: migration`; kept only where the key is absent, so a newer
+//! ring with this node draining (its next ring choice), as a DoPut marked
+//! `x-flightcache-write: migration` (kept only where the key is absent, so a newer
 //! write is never overwritten). Entries are copied, not moved: with `persistence` the
 //! node's own files stay for its restart. While the node is away its peers read its keys
 //! from there (`read_copies` asks the next candidate when no copy can be reached), and
@@ -29,11 +28,11 @@ use futures::StreamExt;
 use tonic::metadata::MetadataMap;
 
 use super::forward::{self, PutFailure, WriteKind};
-use super::handover::{Item, Pace, Sent};
 use super::{Cluster, ForwardedPut, Upload};
 use crate::error::Result;
 use crate::key::CacheKey;
-use crate::routing::members::Peer;
+use crate::routing::members::{Membership, Peer};
+use crate::store::{HandoffEntry, Lifetime};
 use crate::streams::UploadRest;
 
 /// Longest a node serves through its exit handoff with one copy of each key. Past it,
@@ -74,6 +73,48 @@ pub async fn serving_at_most<F: std::future::Future>(
     }
 }
 
+/// One call of the exit handoff: a batch of small entries to one holder (`to`), or one
+/// large entry to each of its holders (`to` none). Entries by their index in the
+/// handoff list, with the lifetime they carry.
+struct ExitCall {
+    to: Option<Peer>,
+    entries: Vec<(usize, Lifetime)>,
+    kib: u32,
+}
+
+/// Per entry of the handoff list: how many holders have still to answer, and whether
+/// one refused.
+#[derive(Default)]
+struct Tally {
+    waiting: std::collections::HashMap<usize, (usize, bool)>,
+}
+
+impl Tally {
+    fn expect(&mut self, index: usize, holders: usize) {
+        self.waiting.insert(index, (holders, true));
+    }
+
+    /// A holder's answer for entry `index` (for an entry sent alone, all of them): the
+    /// entry is sent once every holder has it, failed once every holder answered and
+    /// one did not take it.
+    fn record(&mut self, index: usize, held: bool, report: &mut ExitHandoff) {
+        let Some((left, all_held)) = self.waiting.get_mut(&index) else {
+            return;
+        };
+        *all_held &= held;
+        *left = left.saturating_sub(1);
+        if *left > 0 {
+            return;
+        }
+        if *all_held {
+            report.sent += 1;
+        } else {
+            report.failed += 1;
+        }
+        self.waiting.remove(&index);
+    }
+}
+
 /// What the exit handoff did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExitHandoff {
@@ -89,10 +130,10 @@ pub struct ExitHandoff {
 
 impl Cluster {
     /// Copies every entry this node holds, hottest first, to its key's holders once this
-    /// node has left the ring, within `budget` (`handover.rs`: small entries in batches
-    /// of [`EXIT_BATCH_ENTRIES`] per holder). Nothing to do for a node that is not a ring
-    /// member or is the ring's only active member. An entry counts as sent once every
-    /// holder has it; an expired one as sent at once (nothing to keep).
+    /// node has left the ring, within `budget`. Nothing to do for a node that is not a
+    /// ring member or is the ring's only active member. Small entries go in migration
+    /// batches ([`forward::send_batch`], [`EXIT_BATCH_ENTRIES`] to a holder per call),
+    /// larger ones one DoPut each; an entry counts as sent once every holder has it.
     pub async fn hand_off_at_exit(&self, budget: Duration) -> ExitHandoff {
         let started = Instant::now();
         self.begin_stopping();
@@ -102,47 +143,31 @@ impl Cluster {
         let entries = self.store.handoff_list();
         let total = entries.len() as u64;
         let mut report = ExitHandoff::default();
-        let mut items = Vec::with_capacity(entries.len());
-        for (index, handoff) in entries.into_iter().enumerate() {
-            let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
-            if lifetime.remaining.is_some_and(|left| left.is_zero()) {
-                report.sent += 1;
-                continue;
-            }
-            let key = CacheKey::try_from_store_bytes(&handoff.key);
-            let peers: Option<Vec<Peer>> = leaving
-                .owners(&handoff.key)
-                .into_iter()
-                .map(|id| leaving.peer(id))
-                .collect();
-            match (key, peers) {
-                (Ok(key), Some(peers)) if !peers.is_empty() => items.push(Item {
-                    index,
-                    key,
-                    entry: handoff.entry,
-                    lifetime,
-                    peers,
-                }),
-                _ => report.failed += 1,
-            }
-        }
+        let (calls, mut tally) = self.exit_calls(&entries, &leaving, &mut report);
         let metadata = MetadataMap::new();
-        let pace = Pace {
-            batch_entries: EXIT_BATCH_ENTRIES,
-            calls_at_once: EXIT_CALLS_AT_ONCE,
-            kib_in_flight: EXIT_KIB_IN_FLIGHT,
-        };
-        let sends = self.hand_over_all(items, pace, WriteKind::Migration, &metadata);
+        let in_flight = tokio::sync::Semaphore::new(EXIT_KIB_IN_FLIGHT as usize);
+        let sends = futures::stream::iter(calls)
+            .map(|call| {
+                let kib = call.kib.clamp(1, EXIT_KIB_IN_FLIGHT);
+                let (in_flight, leaving, metadata, entries) =
+                    (&in_flight, &leaving, &metadata, &entries);
+                async move {
+                    // The semaphore is never closed; a failure would only skip the bound.
+                    let _bytes = in_flight.acquire_many(kib).await;
+                    self.send_exit_call(call, entries, leaving, metadata).await
+                }
+            })
+            .buffer_unordered(EXIT_CALLS_AT_ONCE);
         tokio::pin!(sends);
         let deadline = tokio::time::sleep(budget);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
                 done = sends.next() => match done {
-                    Some((_, Sent::Held)) => report.sent += 1,
-                    Some((_, Sent::Refused { peer, reason } | Sent::Failed { peer, reason, .. })) => {
-                        tracing::debug!(holder = %peer, %reason, "exit handoff of an entry failed");
-                        report.failed += 1;
+                    Some(outcomes) => {
+                        for (index, held) in outcomes {
+                            tally.record(index, held, &mut report);
+                        }
                     }
                     None => break,
                 },
@@ -159,6 +184,123 @@ impl Cluster {
             "exit handoff: entries copied to the nodes that hold their keys while this one is away"
         );
         report
+    }
+
+    /// The calls of an exit handoff, in the order of `entries` (hottest first): each
+    /// holder's small entries in batches, each large entry on its own. Entries with
+    /// nothing to send (expired: nothing to keep) are counted as sent, those that cannot
+    /// be sent (a bad key, a holder without an address) as failed, in `report`.
+    fn exit_calls(
+        &self,
+        entries: &[HandoffEntry],
+        leaving: &Membership,
+        report: &mut ExitHandoff,
+    ) -> (Vec<ExitCall>, Tally) {
+        let mut calls = Vec::new();
+        let mut tally = Tally::default();
+        let mut open: Vec<(Peer, ExitCall)> = Vec::new();
+        for (index, handoff) in entries.iter().enumerate() {
+            let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+            let expired = lifetime.remaining.is_some_and(|left| left.is_zero());
+            let valid_key = CacheKey::try_from_store_bytes(&handoff.key).is_ok();
+            let holders: Option<Vec<Peer>> = leaving
+                .owners(&handoff.key)
+                .into_iter()
+                .map(|id| leaving.peer(id))
+                .collect();
+            let kib = u32::try_from(handoff.entry.weight_bytes().div_ceil(1024))
+                .unwrap_or(EXIT_KIB_IN_FLIGHT);
+            match holders {
+                _ if expired => report.sent += 1,
+                Some(holders) if valid_key && !holders.is_empty() => {
+                    if handoff.entry.weight_bytes() > forward::MIGRATION_BATCH_ENTRY_MAX_BYTES {
+                        tally.expect(index, 1);
+                        calls.push(ExitCall {
+                            to: None,
+                            entries: vec![(index, lifetime)],
+                            kib,
+                        });
+                        continue;
+                    }
+                    tally.expect(index, holders.len());
+                    for holder in holders {
+                        let slot = match open.iter().position(|(peer, _)| *peer == holder) {
+                            Some(slot) => slot,
+                            None => {
+                                let call = ExitCall {
+                                    to: Some(holder.clone()),
+                                    entries: Vec::new(),
+                                    kib: 0,
+                                };
+                                open.push((holder, call));
+                                open.len() - 1
+                            }
+                        };
+                        let call = &mut open[slot].1;
+                        call.entries.push((index, lifetime));
+                        call.kib = call.kib.saturating_add(kib);
+                        if call.entries.len() == EXIT_BATCH_ENTRIES {
+                            calls.push(open.swap_remove(slot).1);
+                        }
+                    }
+                }
+                _ => report.failed += 1,
+            }
+        }
+        calls.extend(open.into_iter().map(|(_, call)| call));
+        (calls, tally)
+    }
+
+    /// Sends one call of the exit handoff; returns, per entry index, whether the holder
+    /// (or, for a large entry sent alone, every holder) has it now.
+    async fn send_exit_call(
+        &self,
+        call: ExitCall,
+        entries: &[HandoffEntry],
+        leaving: &Membership,
+        metadata: &MetadataMap,
+    ) -> Vec<(usize, bool)> {
+        let Some(peer) = call.to else {
+            let mut done = Vec::new();
+            for (index, _) in call.entries {
+                let held = match entries.get(index) {
+                    Some(handoff) => self.copy_to_next_holders(handoff, leaving, metadata).await,
+                    None => false,
+                };
+                done.push((index, held));
+            }
+            return done;
+        };
+        let keys: Vec<(usize, CacheKey, Lifetime)> = call
+            .entries
+            .into_iter()
+            .filter_map(|(index, lifetime)| {
+                let key = CacheKey::try_from_store_bytes(&entries.get(index)?.key).ok()?;
+                Some((index, key, lifetime))
+            })
+            .collect();
+        let batch: Vec<forward::BatchEntry<'_>> = keys
+            .iter()
+            .filter_map(|(index, key, lifetime)| {
+                Some(forward::BatchEntry {
+                    key,
+                    entry: &entries.get(*index)?.entry,
+                    lifetime: *lifetime,
+                })
+            })
+            .collect();
+        let sender = self.sender();
+        match forward::send_batch(&self.peers, &peer, &sender, &batch, metadata).await {
+            Ok(held) => keys
+                .iter()
+                .zip(held)
+                .map(|((index, _, _), held)| (*index, held))
+                .collect(),
+            Err(err) => {
+                tracing::debug!(holder = %peer.id, entries = keys.len(), error = %err, "exit handoff batch failed");
+                keys.iter().map(|(index, _, _)| (*index, false)).collect()
+            }
+        }
     }
 
     /// A client's put of a key this stopping node owns: sent on to the key's holder while
@@ -201,6 +343,47 @@ impl Cluster {
                 Ok(ForwardedPut::StoreHere(Box::new(Upload { first, rest })))
             }
         }
+    }
+
+    /// Sends one entry to its key's holders under `leaving`. Returns whether every one
+    /// has it (an expired entry counts as done: nothing to keep).
+    async fn copy_to_next_holders(
+        &self,
+        handoff: &HandoffEntry,
+        leaving: &Membership,
+        metadata: &MetadataMap,
+    ) -> bool {
+        let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
+            return false;
+        };
+        let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+        if lifetime.remaining.is_some_and(|left| left.is_zero()) {
+            return true;
+        }
+        let sender = self.sender();
+        let mut all = true;
+        for id in leaving.owners(&handoff.key) {
+            let Some(peer) = leaving.peer(id) else {
+                all = false;
+                continue;
+            };
+            let sent = forward::send_entry(
+                &self.peers,
+                &peer,
+                &sender,
+                &key,
+                &handoff.entry,
+                WriteKind::Migration,
+                &lifetime,
+                metadata,
+            )
+            .await;
+            if let Err(err) = sent {
+                tracing::debug!(%key, holder = %peer.id, error = %err, "exit handoff of an entry failed");
+                all = false;
+            }
+        }
+        all
     }
 }
 

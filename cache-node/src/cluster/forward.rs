@@ -638,8 +638,7 @@ pub struct BatchEntry<'a> {
 /// lifetime ([`CarriedLifetime`], as `app_metadata`). One call instead of one per entry
 /// saves most of a small handover's cost (its stream, headers and authentication), which
 /// decides how much of a force-deleted node's hot set is out before its SIGKILL. Returns,
-/// per entry in order, whether the peer holds it now, or why not (an answer missing
-/// counts as a refusal).
+/// per entry in order, whether the peer holds it now (an answer missing is a `false`).
 ///
 /// # Errors
 /// [`Error::OwnerUnreachable`] or the peer's status for the call as a whole.
@@ -649,7 +648,7 @@ pub async fn send_batch(
     sender: &Sender,
     entries: &[BatchEntry<'_>],
     incoming: &MetadataMap,
-) -> Result<Vec<std::result::Result<(), String>>> {
+) -> Result<Vec<bool>> {
     let mut client = peers.client_even_if_down(peer, "DoPut")?;
     let mut messages = Vec::new();
     for batch_entry in entries {
@@ -682,19 +681,13 @@ pub async fn send_batch(
         Ok(answers)
     })
     .await?;
-    let mut held: Vec<std::result::Result<(), String>> = answers
+    let mut held: Vec<bool> = answers
         .iter()
-        .map(
-            |answer| match serde_json::from_slice::<BatchEntryAnswer>(answer) {
-                Ok(BatchEntryAnswer { held: true, .. }) => Ok(()),
-                Ok(BatchEntryAnswer { refused, .. }) => {
-                    Err(refused.unwrap_or_else(|| "not stored".to_owned()))
-                }
-                Err(err) => Err(format!("an answer that is not a batch entry's: {err}")),
-            },
-        )
+        .map(|answer| {
+            serde_json::from_slice::<BatchEntryAnswer>(answer).is_ok_and(|answer| answer.held)
+        })
         .collect();
-    held.resize(entries.len(), Err("no answer for this entry".to_owned()));
+    held.resize(entries.len(), false);
     Ok(held)
 }
 

@@ -7,7 +7,7 @@
 //!   copy (and to previous holders and the next candidate), read repair, fallback
 //!   writes, invalidating every copy.
 //! - [`rebalance`] and [`exit`]: handing entries to their owners after a ring change and
-//!   at an unplanned stop, both through `handover` (small entries in migration batches).
+//!   at an unplanned stop.
 //! - [`lease`]: fill leases (miss coalescing) on the key's owner.
 //! - [`fan_out`]: ListFlights, `invalidate-prefix` and `clear` over every member.
 //!
@@ -22,7 +22,6 @@
 pub mod exit;
 pub mod fan_out;
 pub mod forward;
-mod handover;
 pub mod lease;
 pub mod peers;
 pub mod rebalance;

@@ -3,14 +3,13 @@
 //!
 //! For each live entry the key's first `replicas` owners are computed (a draining node
 //! owns nothing). If this node is one of them the entry is kept. Otherwise it is sent to
-//! each of them that does not hold the key yet (asked in `held` batches, see below) as a
-//! handover (`handover.rs`: small entries in migration batches of 32 per owner, larger
-//! ones as DoPuts marked `x-flightcache-write: migration`; stored there only if the key
-//! is absent, so a newer write is never overwritten, with the lifetime it carries), and
-//! removed here (cause `migrated`) once every owner has it. A failed, refused or
-//! timed-out send keeps the entry here and counts it as failed: a handover never loses
-//! data. Hottest entries go first (most hits, then most recently used), 4 calls at once,
-//! so the hot set lands first if a receiver's budget is tight.
+//! each of them that does not hold the key yet (asked in `held` batches, see below) as a DoPut marked `x-flightcache-write: migration` (stored there only if
+//! the key is absent, so a newer write is never overwritten), carrying its lifetime in
+//! the `x-flightcache-entry-*` headers (see `forward.rs`), and removed here (cause
+//! `migrated`) once every owner has it. A failed or timed-out send keeps the entry here
+//! and counts it as failed: a handover never loses data. Hottest entries go first
+//! (most hits, then most recently used) with bounded concurrency, so the hot set lands
+//! first if a receiver's budget is tight.
 //!
 //! With `replicas: 2`, for the entries the node keeps it also asks each key's other owner
 //! whether it holds a copy and sends one where it does not (an owner that restarted empty,
@@ -35,23 +34,14 @@ use tonic::metadata::MetadataMap;
 
 use super::Cluster;
 use super::forward::{self, WriteKind};
-use super::handover::{Item, Pace, Sent, is_deferred};
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
 use crate::routing::members::Peer;
 use crate::store::HandoffEntry;
 use crds::admin::{AdminAction, HeldAnswer, HeldRequest};
 
-/// Entries sent at once (`held` checks: peers asked at once).
+/// Entries sent at once.
 pub const CONCURRENCY: usize = 4;
-/// How a rebalance's handovers go (`handover.rs`): calls at once as before one DoPut
-/// per entry ([`CONCURRENCY`]), each a batch of up to 32 small entries to one owner, at
-/// most 8 MiB of entries in them.
-const REBALANCE_PACE: Pace = Pace {
-    batch_entries: 32,
-    calls_at_once: CONCURRENCY,
-    kib_in_flight: 8 * 1024,
-};
 /// How long handing one entry to all its owners may take before it counts as failed.
 pub const ENTRY_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -175,37 +165,13 @@ impl Cluster {
             .zip(lacking)
             .map(|((entry, _), lacking)| (entry, lacking))
             .collect();
-        // Calls start in plan order (hottest first), small entries in batches per owner.
-        let mut items = Vec::with_capacity(plan.len());
-        for (index, (handoff, peers)) in plan.iter().enumerate() {
-            let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
-                self.metrics.rebalance_pending_entries.dec();
-                report.failed += 1;
-                continue;
-            };
-            let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
-            if lifetime.remaining.is_some_and(|left| left.is_zero()) {
-                // Expired meanwhile: nothing worth sending; the expiry sweep removes it.
-                self.metrics.rebalance_pending_entries.dec();
-                report.kept += 1;
-                continue;
-            }
-            items.push(Item {
-                index,
-                key,
-                entry: std::sync::Arc::clone(&handoff.entry),
-                lifetime,
-                peers: peers.clone(),
-            });
-        }
-        let sends = self.hand_over_all(items, REBALANCE_PACE, WriteKind::Migration, metadata);
-        tokio::pin!(sends);
-        while let Some((index, sent)) = sends.next().await {
+        // `buffered` starts the sends in plan order (hottest first).
+        let mut sends = futures::stream::iter(plan)
+            .map(|(entry, peers)| self.hand_over(entry, peers, metadata))
+            .buffered(CONCURRENCY);
+        while let Some(outcome) = sends.next().await {
             self.metrics.rebalance_pending_entries.dec();
-            let Some((handoff, peers)) = plan.get(index) else {
-                continue;
-            };
-            match self.moved(handoff, peers, sent, metadata).await {
+            match outcome {
                 Handover::Moved(bytes) => {
                     report.moved += 1;
                     report.moved_bytes += bytes;
@@ -214,6 +180,7 @@ impl Cluster {
                 Handover::Vanished => report.kept += 1,
             }
         }
+        drop(sends);
         (report.copied, report.copy_failed) = self.fill_copies(fills, false, metadata).await;
         report
     }
@@ -245,47 +212,17 @@ impl Cluster {
                 copied[index] = true;
             }
         } else {
-            let mut peers_of: Vec<Vec<Peer>> = vec![Vec::new(); fills.len()];
-            for (index, peer) in missing {
-                peers_of[index].push(peer);
-            }
-            let items: Vec<Item> = peers_of
+            let copies = missing
                 .into_iter()
-                .enumerate()
-                .filter(|(_, peers)| !peers.is_empty())
-                .filter_map(|(index, peers)| {
-                    let (handoff, _) = fills.get(index)?;
-                    let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
-                        failed[index] = true;
-                        return None;
-                    };
-                    Some(Item {
-                        index,
-                        key,
-                        entry: std::sync::Arc::clone(&handoff.entry),
-                        lifetime: self.carried(&handoff.entry, Some(handoff.last_access)),
-                        peers,
-                    })
-                })
-                .collect();
-            let sends = self.hand_over_all(items, REBALANCE_PACE, WriteKind::Migration, metadata);
-            tokio::pin!(sends);
+                .map(|(index, peer)| (index, fills[index].0.clone(), peer));
+            let mut sends = futures::stream::iter(copies.collect::<Vec<_>>())
+                .map(|(index, handoff, peer)| self.send_copy(index, handoff, peer, metadata))
+                .buffer_unordered(CONCURRENCY);
             while let Some((index, sent)) = sends.next().await {
-                match sent {
-                    Sent::Held => copied[index] = true,
-                    Sent::Refused { peer, reason } => {
-                        tracing::warn!(owner = %peer, %reason, "copy not stored");
-                        failed[index] = true;
-                    }
-                    Sent::Failed {
-                        peer,
-                        deferred,
-                        reason,
-                    } => {
-                        self.note_if_deferred(deferred);
-                        tracing::warn!(owner = %peer, %reason, "copy not sent");
-                        failed[index] = true;
-                    }
+                if sent {
+                    copied[index] = true;
+                } else {
+                    failed[index] = true;
                 }
             }
         }
@@ -324,7 +261,7 @@ impl Cluster {
                         }
                     }
                     Err(err) => {
-                        self.note_if_deferred(is_deferred(&err));
+                        self.note_if_deferred(&err);
                         tracing::warn!(owner = %peer.id, keys = batch.len(), error = %err, "cannot check which entries a peer holds");
                         for &index in batch {
                             lacking[index].push(peer.clone());
@@ -411,35 +348,90 @@ impl Cluster {
         }
     }
 
-    /// After an entry's handover to `peers` (the owners that lacked it): removes it here
-    /// once every owner has it, or keeps it (failed).
-    async fn moved(
+    /// Sends `peer` a copy of an entry it does not hold: (`index`, whether the peer
+    /// stored it in time).
+    async fn send_copy(
         &self,
-        handoff: &HandoffEntry,
-        peers: &[Peer],
-        sent: Sent,
+        index: usize,
+        handoff: HandoffEntry,
+        peer: Peer,
+        metadata: &MetadataMap,
+    ) -> (usize, bool) {
+        let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
+            return (index, false);
+        };
+        let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+        let sent = tokio::time::timeout(
+            ENTRY_DEADLINE,
+            forward::send_entry(
+                &self.peers,
+                &peer,
+                &self.sender(),
+                &key,
+                &handoff.entry,
+                WriteKind::Migration,
+                &lifetime,
+                metadata,
+            ),
+        )
+        .await;
+        let stored = match sent {
+            Ok(Ok(_)) => true,
+            Ok(Err(err)) => {
+                self.note_if_deferred(&err);
+                tracing::warn!(%key, owner = %peer.id, error = %err, "copy not sent");
+                false
+            }
+            Err(_) => false,
+        };
+        (index, stored)
+    }
+
+    /// Sends one entry to every owner, then removes it here.
+    async fn hand_over(
+        &self,
+        handoff: HandoffEntry,
+        peers: Vec<Peer>,
         metadata: &MetadataMap,
     ) -> Handover {
-        match sent {
-            Sent::Held => {}
-            Sent::Refused { peer, reason } => {
-                tracing::warn!(owner = %peer, %reason, "handover refused; entry kept here");
-                return Handover::Failed;
-            }
-            Sent::Failed {
-                peer,
-                deferred,
-                reason,
-            } => {
-                self.note_if_deferred(deferred);
-                tracing::warn!(owner = %peer, %reason, "handover failed; entry kept here");
-                return Handover::Failed;
-            }
-        }
         let Ok(key) = CacheKey::try_from_store_bytes(&handoff.key) else {
             return Handover::Failed;
         };
+        let lifetime = self.carried(&handoff.entry, Some(handoff.last_access));
+        if lifetime.remaining.is_some_and(|left| left.is_zero()) {
+            // Expired meanwhile: nothing worth sending; the expiry sweep removes it.
+            return Handover::Vanished;
+        }
         let sender = self.sender();
+        let send_all = async {
+            for peer in &peers {
+                forward::send_entry(
+                    &self.peers,
+                    peer,
+                    &sender,
+                    &key,
+                    &handoff.entry,
+                    WriteKind::Migration,
+                    &lifetime,
+                    metadata,
+                )
+                .await
+                .map_err(|err| (peer, err))?;
+            }
+            Ok::<(), (&Peer, Error)>(())
+        };
+        match tokio::time::timeout(ENTRY_DEADLINE, send_all).await {
+            Ok(Ok(())) => {}
+            Ok(Err((peer, err))) => {
+                self.note_if_deferred(&err);
+                tracing::warn!(%key, owner = %peer.id, error = %err, "handover failed; entry kept here");
+                return Handover::Failed;
+            }
+            Err(_) => {
+                tracing::warn!(%key, deadline = ?ENTRY_DEADLINE, "handover timed out; entry kept here");
+                return Handover::Failed;
+            }
+        }
         let weight = handoff.entry.weight_bytes();
         if !self.store.remove_migrated(&handoff.key, &handoff.entry) {
             // The entry was invalidated (or replaced, or expired) here while it was being
@@ -449,7 +441,7 @@ impl Cluster {
                 AdminAction::Invalidate.as_str(),
                 crate::ticket::CacheTicket::new(key.clone()).encode(),
             );
-            for peer in peers {
+            for peer in &peers {
                 let undone =
                     forward::do_action(&self.peers, peer, &sender, undo.clone(), metadata).await;
                 if let Err(err) = undone {
@@ -471,9 +463,14 @@ impl Cluster {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Counts a send the owner could not take then (`handover::is_deferred`): this pass
-    /// is then not whole, and the operator asks again.
-    fn note_if_deferred(&self, deferred: bool) {
+    /// Counts `err` if it says the owner could not take the entry then (unreachable,
+    /// stopping, its ring mid-update: UNAVAILABLE), not that it refused it.
+    fn note_if_deferred(&self, err: &Error) {
+        let deferred = match err {
+            Error::OwnerUnreachable { .. } => true,
+            Error::Forwarded(status) => status.code() == tonic::Code::Unavailable,
+            _ => false,
+        };
         if deferred {
             self.rebalance_deferred
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
