@@ -276,8 +276,7 @@ fn stream_error(peers: &Peers, peer: &Peer, status: Status) -> Status {
     Status::from(Error::Forwarded(status))
 }
 
-/// Relays a DoGet to `peer`, streaming its FlightData back message by message, once its
-/// first message came (see the body).
+/// Relays a DoGet to `peer`, streaming its FlightData back message by message.
 ///
 /// # Errors
 /// [`Error::OwnerUnreachable`] or the owner's status.
@@ -289,22 +288,18 @@ pub async fn do_get(
     incoming: &MetadataMap,
 ) -> Result<FlightStream<FlightData>> {
     let mut client = peers.client(peer, "DoGet")?;
-    // Its first message before the answer is ours: an owner that ends before any (killed
-    // under the call) is unreachable, and the caller asks the key's next copy or candidate
-    // (`read_copies`), where answering with the owner's stream would fail the client's
-    // call once it had begun.
-    let (answer, first) = with_deadline(peers, peer, sender.deadline(), async {
-        let mut answer = client
-            .do_get(outgoing(peers, ticket, incoming, sender))
-            .await?
-            .into_inner();
-        let first = answer.message().await?;
-        Ok((answer, first))
-    })
+    let response = with_deadline(
+        peers,
+        peer,
+        sender.deadline(),
+        client.do_get(outgoing(peers, ticket, incoming, sender)),
+    )
     .await?;
     let (peers, peer) = (peers.clone(), peer.clone());
-    let rest = answer.map_err(move |status| stream_error(&peers, &peer, status));
-    Ok(futures::stream::iter(first.map(Ok)).chain(rest).boxed())
+    let stream = response
+        .into_inner()
+        .map_err(move |status| stream_error(&peers, &peer, status));
+    Ok(stream.boxed())
 }
 
 /// Longest a failed DoPut waits for its untouched upload to come back.

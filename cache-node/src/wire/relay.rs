@@ -16,9 +16,8 @@
 //! Everything else goes to the generated server unchanged, and so does a DoGet this
 //! relay does not take: a miss here, a forwarded request this node does not hold, one
 //! that carries an unusual body, a peer's read of what this node holds
-//! (`x-flightcache-read: held`), an owner that cannot be reached or ends its answer
-//! before its first frame (killed under the call: the normal path then falls back to
-//! the second copy, the next candidate, or a miss), and, with `replicas: 2`, an
+//! (`x-flightcache-read: held`), an owner that cannot be reached (the normal
+//! path then names it or falls back to the second copy), and, with `replicas: 2`, an
 //! owner that answers NOT_FOUND or UNAVAILABLE (the normal path then asks both copies).
 //! A hit the normal path finds comes back as an empty answer carrying a
 //! `wire::hit::StoredHit`, and is sent from its stored frames like the relay's own
@@ -210,36 +209,8 @@ impl RelayNode {
             timer.discard();
             return None;
         }
-        let (mut head, mut body) = response.into_parts();
-        if early.is_none() {
-            // Its first frame before its headers go on: an owner that ends before any
-            // (killed under the call) leaves the call to the normal path — the other copy,
-            // the next candidate, or a miss — where passing its headers on would have
-            // committed the client to a broken answer (UNAVAILABLE in the trailers, which
-            // a client does not retry once headers came).
-            let first = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
-            match tokio::time::timeout(CALL_TIMEOUT, first).await {
-                Ok(Some(Ok(frame))) => {
-                    body = Body::new(Peeked {
-                        first: Some(frame),
-                        rest: body,
-                    });
-                }
-                Ok(None) => {}
-                Ok(Some(Err(cause))) => {
-                    tracing::debug!(owner = %peer.id, %key, %cause, "owner ended before its first frame; the normal path answers");
-                    self.peers.count_error(PeerError::Broken, peer);
-                    timer.discard();
-                    return None;
-                }
-                Err(_) => {
-                    self.peers.count_error(PeerError::Timeout, peer);
-                    timer.discard();
-                    return None;
-                }
-            }
-        }
         tracing::debug!(owner = %peer.id, %key, "relaying DoGet from the owner");
+        let (mut head, body) = response.into_parts();
         // The owner's date header is not ours to pass on.
         head.headers.remove(http::header::DATE);
         let timed = Timed {
@@ -457,38 +428,12 @@ impl HttpBody for Once {
     }
 }
 
-/// A body whose first frame was already read (to see that the owner answers at all).
-struct Peeked {
-    first: Option<Frame<Bytes>>,
-    rest: Body,
-}
-
-impl HttpBody for Peeked {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        if let Some(first) = self.first.take() {
-            return Poll::Ready(Some(Ok(first)));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.rest.is_end_stream()
-    }
-}
-
 /// The owner's response body, passed through; records the RPC with the owner's
 /// `grpc-status` when it ends (CANCELLED if the client goes away first).
 ///
-/// If the owner's stream breaks off after its first frame (its connection ends while it
-/// stops), the client gets gRPC trailers with UNAVAILABLE naming the owner, not a reset
-/// HTTP/2 stream that clients report as a bare protocol error. (Before its first frame,
-/// the normal path takes the call: `relay_do_get`.)
+/// If the owner's stream breaks off (its connection ends while it stops), the client
+/// gets gRPC trailers with UNAVAILABLE naming the owner, not a reset HTTP/2 stream that
+/// clients report as a bare protocol error.
 struct Timed {
     body: Body,
     timer: Option<RpcTimer>,
