@@ -26,6 +26,8 @@ from flight_client import dial
 stop = False
 # The backend query a failed cache call falls back to (see the loop).
 BACKEND_FALLBACK_S = 1.0
+# How long the first puts may wait for the pool's Service to be served (see main).
+STARTUP_S = 60.0
 
 
 def on_term(*_):
@@ -57,8 +59,19 @@ def main() -> None:
         writer.write_table(t)
         writer.close()
 
+    # The first puts wait for the Service name to resolve: a pool can be Ready a moment
+    # before the cluster DNS serves its new Service (a CI run's first put failed
+    # "address lookup failed"). Up to STARTUP_S in all, then the error stands.
+    started = time.monotonic()
     for i in range(keys):
-        put(i)
+        while True:
+            try:
+                put(i)
+                break
+            except flight.FlightUnavailableError:
+                if time.monotonic() - started > STARTUP_S:
+                    raise
+                time.sleep(0.5)
     phases: dict = {}
     samples: list = []
     rng = random.Random(7)
