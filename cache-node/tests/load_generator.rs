@@ -359,6 +359,78 @@ async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recove
 }
 
 #[tokio::test]
+async fn in_rounds_a_clear_costs_each_key_one_miss_within_a_round() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let phase_file = dir.path().join("phase");
+    std::fs::write(&phase_file, "steady\n").unwrap();
+    let phase_path = phase_file.to_str().unwrap();
+    // One worker: each refill lands before the next read, so a key misses exactly once.
+    let mut argv = args(
+        &node.addr,
+        &out,
+        &[
+            "--zipf",
+            "0",
+            "--rounds",
+            "--duration",
+            "120s",
+            "--phase-file",
+            phase_path,
+        ],
+    );
+    let workers = argv.iter().position(|a| a == "--concurrency").unwrap() + 1;
+    argv[workers] = "1".into();
+    let child = spawn_load(&argv);
+    wait_for_intervals(&out, "steady", 2).await;
+    std::fs::write(&phase_file, "clear\n").unwrap();
+    wait_for_intervals(&out, "clear", 1).await;
+    let cleared = node.action("clear", "").await;
+    assert_eq!(cleared["removed"], 200, "{cleared}");
+    // The reads of phase `clear` once the summary has been rewritten after the clear (it
+    // is rewritten every interval), then two rounds more: every key is read after it.
+    let gets = |summary: &Value| {
+        summary["phases"].as_array().map_or(0, |phases| {
+            phases
+                .iter()
+                .filter(|p| p["phase"] == "clear")
+                .map(|p| p["gets"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        })
+    };
+    let intervals = |summary: &Value| summary["intervals"].as_array().map_or(0, Vec::len);
+    let read = || serde_json::from_slice::<Value>(&std::fs::read(&out).unwrap()).unwrap();
+    let seen = intervals(&read());
+    wait_for_summary(&out, "an interval after the clear", |s| intervals(s) > seen).await;
+    let at_clear = gets(&read());
+    wait_for_summary(&out, "two rounds after the clear", |s| {
+        gets(s) >= at_clear + 400
+    })
+    .await;
+    let (output, summary) = stop_load(child, &out).await;
+
+    let totals = &summary["totals"];
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    assert_eq!(totals["corrupt"], 0, "{}", summary["corrupt_samples"]);
+    assert_eq!(phase(&summary, "steady")["misses"], 0);
+    // Every key was read after the clear, missed once and refilled.
+    let clear = phase(&summary, "clear");
+    assert_eq!(clear["misses"], 200, "{clear}");
+    assert_eq!(clear["puts"], 200, "{clear}");
+    assert_eq!(summary["config"]["rounds"], true);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rounds: Vec<u64> = stdout
+        .lines()
+        .filter_map(|line| line.rsplit_once(" round=")?.1.trim().parse().ok())
+        .collect();
+    assert!(
+        rounds.windows(2).all(|w| w[0] <= w[1]) && rounds.last() >= Some(&3),
+        "interval lines end with the rounds completed: {stdout}"
+    );
+}
+
+#[tokio::test]
 async fn a_node_killed_and_restarted_under_load_costs_tries_not_failed_calls() {
     // A fixed port, so the restarted node listens where the killed one did.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -467,6 +539,13 @@ fn bad_flags_and_an_unreachable_target_fail_at_start() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--concurrency"));
+
+    // Rounds read every key equally often: not with a skew.
+    let output = load(&["--target", "127.0.0.1:1", "--rounds", "--zipf", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--zipf 0"));
 
     let output = load(&["--target", "grpc://127.0.0.1:1"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));

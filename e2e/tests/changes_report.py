@@ -32,7 +32,7 @@ Targets:
   LOST_CONNECTION_RETRIES = 8 workers x 15: each worker has one call in flight at a time,
   tried again until its 5 s deadline at most — 4 more tries over the first 0.75 s, then
   (refused connections only) one per 0.4 s;
-- misses (flightcache-load, 20,000 keys read uniformly): at most RATE x ENTRIES per
+- misses (flightcache-load, 20,000 keys read uniformly, in rounds): at most RATE x ENTRIES per
   scenario — 0.5% of the keys whose holder a planned change or SIGTERM touches (keys
   written during a switch and read before their copy lands; a restart with handoff moves
   every key twice, out and back), 100% of a crashed node's entries with one copy (they

@@ -79,6 +79,13 @@ pub(crate) struct Cli {
           value_parser = parse_zipf)]
     pub(crate) zipf: f64,
 
+    /// Read the keys in rounds: the workers together read every key once per round, each
+    /// round in a new random order (a uniform load in which a lost key is read again
+    /// within one round). Only with `--zipf 0`. Each interval line then ends with
+    /// `round=N`, the rounds completed.
+    #[arg(long, env = "FLIGHTCACHE_LOAD_ROUNDS")]
+    pub(crate) rounds: bool,
+
     /// Seed of the key choice (runs with the same seed pick the same key sequences).
     #[arg(long, env = "FLIGHTCACHE_LOAD_SEED", default_value_t = 1)]
     pub(crate) seed: u64,
@@ -138,6 +145,14 @@ fn parse_prefix(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// Checks that `--rounds` comes with uniform picks (`--zipf 0`).
+pub(crate) fn check_key_choice(zipf: f64, rounds: bool) -> Result<(), String> {
+    if rounds && zipf != 0.0 {
+        return Err("--rounds reads every key once per round: it needs --zipf 0".into());
+    }
+    Ok(())
+}
+
 /// Checks `host:port` (the shape, not that it resolves).
 pub(crate) fn check_target(target: &str) -> Result<(), String> {
     let valid = target
@@ -166,6 +181,7 @@ mod tests {
         assert_eq!(cli.report_every, Duration::from_secs(1));
         assert!(!cli.ring && !cli.no_warm);
         assert_eq!(cli.zipf, 1.0);
+        assert!(!cli.rounds);
     }
 
     #[test]
@@ -183,6 +199,19 @@ mod tests {
             let err = Cli::try_parse_from(argv).unwrap_err().to_string();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn rounds_need_uniform_picks() {
+        assert!(check_key_choice(0.0, true).is_ok());
+        assert!(check_key_choice(1.0, false).is_ok());
+        let err = check_key_choice(1.0, true).unwrap_err();
+        assert!(
+            err.contains("--rounds") && err.contains("--zipf 0"),
+            "{err}"
+        );
+        let cli = Cli::try_parse_from(["flightcache-load", "--target", "h:1", "--rounds"]).unwrap();
+        assert!(cli.rounds);
     }
 
     #[test]

@@ -58,6 +58,8 @@ struct RunConfig {
     duration_s: f64,
     report_every_s: f64,
     zipf_s: f64,
+    /// Every key once per round (`--rounds`).
+    rounds: bool,
     seed: u64,
     prefix: String,
     timeout_s: f64,
@@ -137,6 +139,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         no_warm,
         prefix,
         zipf,
+        rounds,
         seed,
         timeout,
         connect_timeout,
@@ -145,6 +148,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         tls_client_key,
     } = cli;
     cli::check_target(&address).map_err(LoadError::Usage)?;
+    cli::check_key_choice(zipf, rounds).map_err(LoadError::Usage)?;
     if ring && tls_ca.is_some() {
         return Err(LoadError::Usage(
             "--tls-ca works with a direct target, not with --ring".into(),
@@ -176,6 +180,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         duration_s: duration.as_secs_f64(),
         report_every_s: report_every.as_secs_f64(),
         zipf_s: zipf,
+        rounds,
         seed,
         prefix: prefix.clone(),
         timeout_s: timeout.as_secs_f64(),
@@ -217,7 +222,11 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
 
     let shared = Arc::new(Shared {
         workload: Workload::new(&prefix, rows),
-        chooser: KeyChooser::new(keys, zipf),
+        chooser: if rounds {
+            KeyChooser::in_rounds(keys, seed)
+        } else {
+            KeyChooser::new(keys, zipf)
+        },
         recorder: Recorder::new(std::time::Instant::now()),
         timeout,
         seed,
@@ -328,8 +337,12 @@ fn close_interval(shared: &Shared, run_start: Instant, from: Instant, to: Instan
     let end_s = to.saturating_duration_since(run_start).as_secs_f64();
     let seconds = to.saturating_duration_since(from).as_secs_f64();
     let interval = shared.recorder.close_interval(end_s, seconds);
+    let round = shared
+        .chooser
+        .rounds_completed()
+        .map_or_else(String::new, |completed| format!(" round={completed}"));
     println!(
-        "{:>7.1}s {:<12} {}",
+        "{:>7.1}s {:<12} {}{round}",
         end_s,
         interval.phase,
         interval.counters.line(seconds)

@@ -1,5 +1,6 @@
 //! The synthetic hot set: key names, the deterministic batch stored under each key and its
-//! verification, a seeded random generator and the skewed (Zipf) key chooser. Pure; no I/O.
+//! verification, a seeded random generator and the key chooser (skewed, uniform or in
+//! rounds). Pure; no I/O.
 //!
 //! Owns: the key names, the data and its check. Imports of `cache_node` only keys and
 //! tickets (the wire format a put's descriptor and a get's ticket carry); no calls.
@@ -147,13 +148,45 @@ impl Rng {
     }
 }
 
-/// Picks key indexes: Zipf with exponent `s` over `0..keys` (index 0 the hottest), or
-/// uniform when `s` is 0.
+/// Picks key indexes: Zipf with exponent `s` over `0..keys` (index 0 the hottest),
+/// uniform when `s` is 0, or in rounds ([`KeyChooser::in_rounds`]).
 #[derive(Debug)]
 pub(crate) struct KeyChooser {
     keys: u64,
     /// Cumulative probabilities by rank; empty for uniform.
     cdf: Vec<f64>,
+    /// Set in rounds: the order shared by every worker.
+    rounds: Option<parking_lot::Mutex<Rounds>>,
+}
+
+/// Every key once per round, each round in a new random order.
+#[derive(Debug)]
+struct Rounds {
+    order: Vec<u64>,
+    next: usize,
+    completed: u64,
+    rng: Rng,
+}
+
+impl Rounds {
+    fn next_key(&mut self) -> u64 {
+        if self.next == self.order.len() {
+            self.shuffle();
+            self.next = 0;
+            self.completed += 1;
+        }
+        let key = self.order[self.next];
+        self.next += 1;
+        key
+    }
+
+    /// Fisher-Yates.
+    fn shuffle(&mut self) {
+        for i in (1..self.order.len()).rev() {
+            let j = self.rng.0.random_range(0..=i);
+            self.order.swap(i, j);
+        }
+    }
 }
 
 impl KeyChooser {
@@ -162,6 +195,7 @@ impl KeyChooser {
             return Self {
                 keys,
                 cdf: Vec::new(),
+                rounds: None,
             };
         }
         let mut cdf = Vec::with_capacity(usize::try_from(keys).unwrap_or(0));
@@ -173,10 +207,41 @@ impl KeyChooser {
         for c in &mut cdf {
             *c /= sum;
         }
-        Self { keys, cdf }
+        Self {
+            keys,
+            cdf,
+            rounds: None,
+        }
+    }
+
+    /// Uniform over `0..keys`, but in rounds: the workers together read every key once per
+    /// round, each round in a new order drawn from `seed`. A key lost in a fault is read
+    /// again within one round, where uniform picks leave a tail (at 1,500 reads/s over
+    /// 20,000 keys, 5% of the lost keys are still unread after 40 s).
+    pub(crate) fn in_rounds(keys: u64, seed: u64) -> Self {
+        let mut rounds = Rounds {
+            order: (0..keys).collect(),
+            next: 0,
+            completed: 0,
+            rng: Rng::new(seed, u64::MAX),
+        };
+        rounds.shuffle();
+        Self {
+            keys,
+            cdf: Vec::new(),
+            rounds: Some(parking_lot::Mutex::new(rounds)),
+        }
+    }
+
+    /// The rounds every key of which has been picked; `None` unless in rounds.
+    pub(crate) fn rounds_completed(&self) -> Option<u64> {
+        self.rounds.as_ref().map(|rounds| rounds.lock().completed)
     }
 
     pub(crate) fn pick(&self, rng: &mut Rng) -> u64 {
+        if let Some(rounds) = &self.rounds {
+            return rounds.lock().next_key();
+        }
         if self.cdf.is_empty() {
             return rng.0.random_range(0..self.keys);
         }
@@ -245,5 +310,25 @@ mod tests {
             seen[uniform.pick(&mut rng) as usize] += 1;
         }
         assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+    }
+
+    #[test]
+    fn rounds_read_every_key_once_per_round_in_a_new_order() {
+        let chooser = KeyChooser::in_rounds(100, 7);
+        let mut rng = Rng::new(1, 0);
+        assert_eq!(chooser.rounds_completed(), Some(0));
+        let first: Vec<u64> = (0..100).map(|_| chooser.pick(&mut rng)).collect();
+        let second: Vec<u64> = (0..100).map(|_| chooser.pick(&mut rng)).collect();
+        assert_eq!(chooser.rounds_completed(), Some(1));
+        for round in [&first, &second] {
+            let mut sorted = round.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..100).collect::<Vec<_>>());
+        }
+        assert_ne!(first, second, "each round in a new order");
+        assert_ne!(first, (0..100).collect::<Vec<_>>(), "shuffled");
+        chooser.pick(&mut rng);
+        assert_eq!(chooser.rounds_completed(), Some(2));
+        assert_eq!(KeyChooser::new(10, 0.0).rounds_completed(), None);
     }
 }
