@@ -35,7 +35,7 @@ use tonic::server::NamedService;
 
 use crate::config::Credentials;
 use crate::error::{Error, Result};
-use crate::headers::INTERNAL_HEADER_PREFIX;
+use crate::headers::{INTERNAL_HEADER_PREFIX, PREVIOUS_ATTEMPTS_HEADER};
 use crate::metrics::Metrics;
 
 /// The gRPC path prefix of the Flight service.
@@ -103,6 +103,10 @@ where
             let metadata = MetadataMap::from_headers(request.headers().clone());
             match self.auth.admit(&metadata) {
                 Ok(caller) => {
+                    // A relayed call keeps its client's headers: counted where it arrived.
+                    if caller != Caller::Peer && is_a_retry(&metadata) {
+                        self.metrics.retried_call(method);
+                    }
                     request.extensions_mut().insert(caller);
                 }
                 Err(err) => {
@@ -114,6 +118,16 @@ where
         }
         Box::pin(self.inner.call(request))
     }
+}
+
+/// Whether the call says it is a retry: `grpc-previous-rpc-attempts` holds a count of
+/// at least 1 (gRFC A6). Anything else (absent, not a number) is a first try.
+fn is_a_retry(metadata: &MetadataMap) -> bool {
+    metadata
+        .get(PREVIOUS_ATTEMPTS_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u32>().ok())
+        .is_some_and(|attempts| attempts >= 1)
 }
 
 const MISSING: &str = "this node requires a bearer token: send 'authorization: Bearer <token>', \
@@ -326,6 +340,21 @@ mod tests {
         let mut metadata = MetadataMap::new();
         metadata.insert("authorization", value.parse().unwrap());
         metadata
+    }
+
+    #[test]
+    fn a_retry_is_a_call_that_counts_one_earlier_try_or_more() {
+        let with = |value: &str| {
+            let mut metadata = MetadataMap::new();
+            metadata.insert(PREVIOUS_ATTEMPTS_HEADER, value.parse().unwrap());
+            metadata
+        };
+        assert!(is_a_retry(&with("1")));
+        assert!(is_a_retry(&with("4")));
+        for first_try in ["0", "-1", "many", "", "99999999999"] {
+            assert!(!is_a_retry(&with(first_try)), "{first_try:?}");
+        }
+        assert!(!is_a_retry(&MetadataMap::new()));
     }
 
     #[test]

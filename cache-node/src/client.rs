@@ -39,6 +39,7 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::flight::MAX_FLIGHT_DATA_BYTES;
+use crate::headers::PREVIOUS_ATTEMPTS_HEADER;
 use crate::key::CacheKey;
 use crate::routing::members::Membership;
 use crate::ticket::CacheTicket;
@@ -415,7 +416,7 @@ impl RingClient {
         let mut first = call(self.flight_client(&address)?).await;
         while matches!(&first, Err(err) if retry_unprocessed(err, attempt)) {
             attempt += 1;
-            first = call(self.flight_client(&address)?).await;
+            first = call(self.retry_client(&address, attempt)?).await;
         }
         match first {
             // The owner answered UNAVAILABLE (it is not the key's owner any more, or
@@ -430,7 +431,7 @@ impl RingClient {
                     });
                 }
                 let address = self.address_for_key(key);
-                call(self.flight_client(&address)?)
+                call(self.retry_client(&address, attempt + 1)?)
                     .await
                     .map_err(|source| ClientError::Flight { address, source })
             }
@@ -462,6 +463,16 @@ impl RingClient {
             replicas,
             members: answer.members,
         }))
+    }
+
+    /// A client for try `attempt` (from 2) of a call: it says how many tries came before
+    /// (`grpc-previous-rpc-attempts`, gRFC A6), so the node counts the retry.
+    fn retry_client(&self, address: &str, attempt: u32) -> Result<FlightClient, ClientError> {
+        let mut client = self.flight_client(address)?;
+        client
+            .metadata_mut()
+            .insert(PREVIOUS_ATTEMPTS_HEADER, (attempt - 1).into());
+        Ok(client)
     }
 
     fn flight_client(&self, address: &str) -> Result<FlightClient, ClientError> {

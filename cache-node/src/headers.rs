@@ -44,3 +44,8 @@ pub const READ_HEADER: &str = "x-flightcache-read";
 pub const COALESCE_HEADER: &str = "flightcache-coalesce";
 /// Response header on the NOT_FOUND of a coalescing DoGet that took the fill lease.
 pub const LEASE_HEADER: &str = "flightcache-lease";
+/// Request header gRPC clients put on a retried call: how many tries came before it
+/// (gRFC A6; gRPC-core — pyarrow —, grpc-java and grpc-go send it, and the Rust client
+/// of [`crate::client`] does too). Counted by the node, so tries no client reports are
+/// still seen.
+pub const PREVIOUS_ATTEMPTS_HEADER: &str = "grpc-previous-rpc-attempts";

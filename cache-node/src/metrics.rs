@@ -133,6 +133,7 @@ pub struct Metrics {
     registry: Registry,
     handled: Family<HandledLabels, Counter>,
     handling_seconds: Family<MethodLabels, Histogram>,
+    retried_calls: Family<MethodLabels, Counter>,
     doget_seconds: Family<OutcomeLabels, Histogram>,
     forwarded: Family<ForwardedLabels, Counter>,
     peer_errors: Family<PeerErrorLabels, Counter>,
@@ -198,6 +199,13 @@ impl Metrics {
             "Flight RPC latency from request to the end of the response stream",
             Unit::Seconds,
             handling_seconds.clone(),
+        );
+        let retried_calls = Family::<MethodLabels, Counter>::default();
+        registry.register(
+            "grpc_server_retried_calls",
+            "Flight RPCs that arrived as a client's retry of an earlier try (they carry \
+             grpc-previous-rpc-attempts, gRFC A6), by method",
+            retried_calls.clone(),
         );
         let doget_seconds = Family::<OutcomeLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(LATENCY_BUCKETS)
@@ -346,6 +354,7 @@ impl Metrics {
             disk,
             handled,
             handling_seconds,
+            retried_calls,
             doget_seconds,
             forwarded,
             peer_errors,
@@ -379,6 +388,15 @@ impl Metrics {
             finished: false,
             forwarded: false,
         }
+    }
+
+    /// Counts a `method` call that a client sent again after an earlier try.
+    pub fn retried_call(&self, method: &'static str) {
+        self.retried_calls
+            .get_or_create(&MethodLabels {
+                grpc_method: method,
+            })
+            .inc();
     }
 
     /// Counts a `method` call relayed to `peer` (a member id).

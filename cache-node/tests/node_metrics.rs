@@ -33,7 +33,17 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
             .await
             .unwrap();
     }
-    get(&mut via0, path_ticket(&remote)).await.unwrap();
+    // A client's retry says so (gRFC A6); a count that is not a number is a first try.
+    let mut retrying = cluster.client(0).await;
+    retrying
+        .add_header("grpc-previous-rpc-attempts", "2")
+        .unwrap();
+    get(&mut retrying, path_ticket(&remote)).await.unwrap();
+    let mut garbled = cluster.client(0).await;
+    garbled
+        .add_header("grpc-previous-rpc-attempts", "many")
+        .unwrap();
+    get(&mut garbled, path_ticket(&local)).await.unwrap();
     get(&mut via0, path_ticket(&local)).await.unwrap();
     let err = get(&mut via0, path_ticket(&missing)).await.unwrap_err();
     assert_eq!(status(err).code(), Code::NotFound);
@@ -41,12 +51,16 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
     let text = scrape(cluster.node(0).metrics_addr).await;
     for (series, expected) in [
         (
+            r#"flightcache_node_grpc_server_retried_calls_total{grpc_method="DoGet"}"#,
+            1.0,
+        ),
+        (
             r#"flightcache_node_doget_seconds_count{outcome="forwarded_hit"}"#,
             1.0,
         ),
         (
             r#"flightcache_node_doget_seconds_count{outcome="local_hit"}"#,
-            1.0,
+            2.0,
         ),
         (
             r#"flightcache_node_doget_seconds_count{outcome="miss"}"#,
@@ -90,6 +104,11 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
         Some(1.0)
     );
     assert!(!owner.contains(r#"outcome="forwarded_hit""#));
+    // The relayed retry kept its header; the owner counts no retry of its own for it.
+    assert!(
+        !owner.contains("flightcache_node_grpc_server_retried_calls_total"),
+        "{owner}"
+    );
     assert_eq!(
         value(
             &owner,

@@ -18,6 +18,7 @@ use cache_node::client::{
     lost_connection_backoff, retry_unprocessed,
 };
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
+use cache_node::headers::PREVIOUS_ATTEMPTS_HEADER;
 use crds::admin::AdminAction;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -292,6 +293,10 @@ async fn tried<T>(
     let mut attempt = 0;
     loop {
         attempt += 1;
+        // Each try says how many came before it, as gRPC's retries do (gRFC A6), so the
+        // node counts it; set or cleared on every try (a call cut off by its deadline
+        // leaves no stale count on the client).
+        mark_attempt(client, attempt);
         match call(client).await {
             Err(err) if retry_unprocessed(&err, attempt) => {}
             Err(err) if retry_lost_connection(&err, attempt) => {
@@ -300,6 +305,16 @@ async fn tried<T>(
             }
             other => return other,
         }
+    }
+}
+
+/// Sets `grpc-previous-rpc-attempts` on the client's next call to `attempt - 1`, or clears
+/// it for a first try.
+fn mark_attempt(client: &mut FlightClient, attempt: u32) {
+    let metadata = client.metadata_mut();
+    metadata.remove(PREVIOUS_ATTEMPTS_HEADER);
+    if attempt > 1 {
+        metadata.insert(PREVIOUS_ATTEMPTS_HEADER, (attempt - 1).into());
     }
 }
 
