@@ -105,7 +105,12 @@ where
                 Ok(caller) => {
                     // A relayed call keeps its client's headers: counted where it arrived.
                     if caller != Caller::Peer && is_a_retry(&metadata) {
-                        self.metrics.retried_call(method);
+                        let agent = request
+                            .headers()
+                            .get(http::header::USER_AGENT)
+                            .and_then(|value| value.to_str().ok());
+                        self.metrics
+                            .retried_call(method, crate::metrics::client_library(agent));
                     }
                     request.extensions_mut().insert(caller);
                 }

@@ -39,6 +39,13 @@ struct MethodLabels {
     grpc_method: &'static str,
 }
 
+/// Labels of `grpc_server_retried_calls_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetriedLabels {
+    grpc_method: &'static str,
+    client: &'static str,
+}
+
 /// Labels of `doget_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
@@ -133,7 +140,7 @@ pub struct Metrics {
     registry: Registry,
     handled: Family<HandledLabels, Counter>,
     handling_seconds: Family<MethodLabels, Histogram>,
-    retried_calls: Family<MethodLabels, Counter>,
+    retried_calls: Family<RetriedLabels, Counter>,
     doget_seconds: Family<OutcomeLabels, Histogram>,
     forwarded: Family<ForwardedLabels, Counter>,
     peer_errors: Family<PeerErrorLabels, Counter>,
@@ -200,11 +207,12 @@ impl Metrics {
             Unit::Seconds,
             handling_seconds.clone(),
         );
-        let retried_calls = Family::<MethodLabels, Counter>::default();
+        let retried_calls = Family::<RetriedLabels, Counter>::default();
         registry.register(
             "grpc_server_retried_calls",
             "Flight RPCs that arrived as a client's retry of an earlier try (they carry \
-             grpc-previous-rpc-attempts, gRFC A6), by method",
+             grpc-previous-rpc-attempts, gRFC A6), by method and client library (from its \
+             user-agent: grpc-core, grpc-java, grpc-go, tonic, other)",
             retried_calls.clone(),
         );
         let doget_seconds = Family::<OutcomeLabels, Histogram>::new_with_constructor(|| {
@@ -390,11 +398,13 @@ impl Metrics {
         }
     }
 
-    /// Counts a `method` call that a client sent again after an earlier try.
-    pub fn retried_call(&self, method: &'static str) {
+    /// Counts a `method` call that a client sent again after an earlier try; `client` is
+    /// its library ([`client_library`]).
+    pub fn retried_call(&self, method: &'static str, client: &'static str) {
         self.retried_calls
-            .get_or_create(&MethodLabels {
+            .get_or_create(&RetriedLabels {
                 grpc_method: method,
+                client,
             })
             .inc();
     }
@@ -504,6 +514,24 @@ impl RpcTimer {
 impl Drop for RpcTimer {
     fn drop(&mut self) {
         self.record(Code::Cancelled);
+    }
+}
+
+/// The gRPC library a call's `user-agent` names, as a bounded label: `grpc-core` (C++,
+/// Python, Ruby, C# over C-core: pyarrow), `grpc-java`, `grpc-go`, `tonic`, or `other`.
+pub fn client_library(user_agent: Option<&str>) -> &'static str {
+    let agent = user_agent.unwrap_or_default();
+    // gRPC-core's wrapped languages put their own name first (`grpc-python/1.60 grpc-c/…`).
+    if agent.contains("grpc-c/") || agent.starts_with("grpc-c++/") {
+        "grpc-core"
+    } else if agent.contains("grpc-java") {
+        "grpc-java"
+    } else if agent.contains("grpc-go/") {
+        "grpc-go"
+    } else if agent.starts_with("tonic/") {
+        "tonic"
+    } else {
+        "other"
     }
 }
 
@@ -625,4 +653,30 @@ fn register_disk(registry: &mut Registry, disk: &DiskMetrics) {
         Unit::Seconds,
         disk.reload_seconds.clone(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_library_is_named_from_its_user_agent_within_a_bounded_set() {
+        for (agent, library) in [
+            (
+                Some("grpc-c++/1.73.1 grpc-c/50.0.0 (linux; chttp2)"),
+                "grpc-core",
+            ),
+            (
+                Some("grpc-python/1.60.0 grpc-c/37.0.0 (linux; chttp2)"),
+                "grpc-core",
+            ),
+            (Some("grpc-java-netty/1.68.1"), "grpc-java"),
+            (Some("grpc-go/1.70.0"), "grpc-go"),
+            (Some("tonic/0.14.2"), "tonic"),
+            (Some("curl/8.5.0"), "other"),
+            (None, "other"),
+        ] {
+            assert_eq!(client_library(agent), library, "{agent:?}");
+        }
+    }
 }

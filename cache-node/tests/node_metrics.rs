@@ -51,7 +51,7 @@ async fn doget_outcomes_forwarded_calls_and_peer_errors_are_counted() {
     let text = scrape(cluster.node(0).metrics_addr).await;
     for (series, expected) in [
         (
-            r#"flightcache_node_grpc_server_retried_calls_total{grpc_method="DoGet"}"#,
+            r#"flightcache_node_grpc_server_retried_calls_total{grpc_method="DoGet",client="tonic"}"#,
             1.0,
         ),
         (

@@ -26,8 +26,10 @@ Targets:
   until its response headers came (gRFC A6), so in a crash or a freeze its one call in
   flight on the lost process may fail: at most PYARROW_LOST_CALLS = 1 (it has one
   connection, one call at a time);
-- those tries are counted (flightcache-load's `retried`; gRPC-core does pyarrow's and
-  does not count them): none in a planned change, a pod delete or a force delete (no
+- those tries are counted (flightcache-load's `retried`; pyarrow's are gRPC-core's own,
+  counted where they arrive: the nodes' retried-calls counter, `py tries`, printed — a
+  lower bound when a node died in the scenario — and not yet held to a bound): none in a
+  planned change, a pod delete or a force delete (no
   process dies with calls on it); for a crash or a freeze at most
   LOST_CONNECTION_RETRIES = 8 workers x 15: each worker has one call in flight at a time,
   tried again until its 5 s deadline at most — 4 more tries over the first 0.75 s, then
@@ -97,11 +99,24 @@ def read_stakes(path: str) -> tuple[dict, dict]:
     return stakes, hung
 
 
+def read_seen(path: str) -> dict:
+    """`SCENARIO seen CORE TONIC` lines: the calls the pool's nodes counted as a client's
+    retry during the scenario (`grpc-previous-rpc-attempts`), gRPC-core's (pyarrow) and
+    tonic's (flightcache-load), over the node processes alive at both its ends."""
+    seen = {}
+    for line in open(path):
+        parts = line.split()
+        if len(parts) == 4 and parts[1] == "seen":
+            seen[parts[0]] = (int(parts[2]), int(parts[3]))
+    return seen
+
+
 def main() -> int:
     rust = json.load(open(sys.argv[1]))
     py = json.load(open(sys.argv[2]))
     converge = dict(line.split() for line in open(sys.argv[3]) if line.strip())
     stakes, _hung = read_stakes(sys.argv[4])
+    seen = read_seen(sys.argv[4])
     scenarios = sys.argv[5].split(",") if len(sys.argv) > 5 else SCENARIOS
     by_phase = {p["phase"]: p for p in rust["phases"]}
     steady = (by_phase.get("baseline") or {}).get("hit_ratio") or 0.0
@@ -109,7 +124,7 @@ def main() -> int:
     py_steady = py_base.get("hits", 0) / py_base["gets"] if py_base.get("gets") else 0.0
     print(f"{'scenario':<15} {'converge s':>10} {'gets':>8} {'hit ratio':>9} {'misses':>6} "
           f"{'budget':>6} {'of entries':>10} {'failed':>6} {'retried':>7} {'p99 ms':>7} | {'py gets':>7} "
-          f"{'py hit':>7} {'py failed':>9}")
+          f"{'py hit':>7} {'py failed':>9} {'py tries':>8}")
     bad, gaps = [], []
     for name in scenarios:
         kind = name.split("/")[0]
@@ -128,7 +143,8 @@ def main() -> int:
         print(f"{name:<15} {converge.get(name, '-'):>10} {p['gets']:>8} {hit:>9.4f} {p['misses']:>6} "
               f"{'-' if budget is None else budget:>6} {entries if name in stakes else '-':>10} "
               f"{p['errors']:>6} {retried:>3}/{retries_allowed:<3} {p['p99_ms'] or 0:>7.2f} | "
-              f"{q['gets']:>7} {py_hit:>7.4f} {q['errors']:>9}")
+              f"{q['gets']:>7} {py_hit:>7.4f} {q['errors']:>9} "
+              f"{seen[name][0] if name in seen else '-':>8}")
         if q["corrupt"]:
             bad.append(f"{name}: {q['corrupt']} corrupt pyarrow reads")
         if budget is not None and p["misses"] > budget:

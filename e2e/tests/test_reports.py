@@ -182,10 +182,12 @@ def test_corrupt_reads_and_silent_scenarios_break(tmp_path, capsys):
 
 def test_stakes_lines_are_read_by_kind(tmp_path):
     path = tmp_path / "stakes"
-    path.write_text("restart stake 40000 0.005\nnode-frozen hung 14\nnoise\n")
+    path.write_text("restart stake 40000 0.005\nnode-frozen hung 14\nnoise\n"
+                    "node-crash seen 3 11\n")
     stakes, hung = changes_report.read_stakes(str(path))
     assert stakes == {"restart": (40000, 0.005)}
     assert hung == {"node-frozen": 14}
+    assert changes_report.read_seen(str(path)) == {"node-crash": (3, 11)}
 
 
 # ---------------------------------------------------------------- monitoring_check.py

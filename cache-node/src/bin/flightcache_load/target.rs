@@ -34,6 +34,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// a connection to a hung process fails (and is tried again) within ~2 s instead of
 /// waiting for its deadline. The node's peers use the same (`cluster::peers`).
 const KEEPALIVE: Duration = Duration::from_secs(1);
+/// How long a try after a lost connection waits for its whole answer (a small get or put
+/// answers in milliseconds) before it is tried again on a new connection. The Service may
+/// hand the new connection to the same process while it still hangs (it leaves the
+/// Service's endpoints ~3 s after it froze): its TCP handshake succeeds (the kernel
+/// answers) but nothing else comes, and the keepalive would take 2 s to say so — two such
+/// landings after the first loss used a 5 s deadline up (a freeze in CI, 2026-11-28).
+const FRESH_CONNECTION_ANSWER: Duration = Duration::from_secs(1);
 
 /// Where the calls go; shared by the workers.
 #[derive(Debug, Clone)]
@@ -52,6 +59,9 @@ pub(crate) enum Target {
 pub(crate) enum Caller {
     Direct {
         client: Box<FlightClient>,
+        /// Where a new connection is made when a try after a lost connection gets no
+        /// answer ([`FRESH_CONNECTION_ANSWER`]).
+        endpoint: Box<Endpoint>,
         /// The failures of calls tried again because their connection was lost, since
         /// the last [`Caller::take_retried`].
         retried: Vec<CallError>,
@@ -179,6 +189,7 @@ impl Target {
                 }
                 Ok(Caller::Direct {
                     client: Box::new(client),
+                    endpoint: endpoint.clone(),
                     retried: Vec::new(),
                 })
             }
@@ -208,9 +219,13 @@ impl Caller {
         timeout: Duration,
     ) -> Result<Got, CallError> {
         let result = match self {
-            Self::Direct { client, retried } => {
+            Self::Direct {
+                client,
+                endpoint,
+                retried,
+            } => {
                 let ticket = Ticket::new(workload.ticket(index));
-                let call = tried(client, retried, |client: &mut FlightClient| {
+                let call = tried(client, endpoint, retried, |client: &mut FlightClient| {
                     let ticket = ticket.clone();
                     async move { client.do_get(ticket).await?.try_collect().await }.boxed()
                 });
@@ -250,8 +265,12 @@ impl Caller {
         })?;
         let descriptor = workload.descriptor(index);
         match self {
-            Self::Direct { client, retried } => {
-                let call = tried(client, retried, |client: &mut FlightClient| {
+            Self::Direct {
+                client,
+                endpoint,
+                retried,
+            } => {
+                let call = tried(client, endpoint, retried, |client: &mut FlightClient| {
                     let stream = FlightDataEncoderBuilder::new()
                         .with_schema(workload.schema())
                         .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
@@ -283,29 +302,62 @@ impl Caller {
 /// Service is stopping: GOAWAY) once more, one that never left the client (its connection
 /// was closing) up to three tries (`retry_unprocessed`) — and a call whose connection was
 /// lost (the process behind it crashed or hangs) after a backoff, its failure recorded in
-/// `retried`. Server answers and deadlines are never tried again; the caller bounds the
-/// whole by its deadline.
+/// `retried`; after a lost connection each try waits [`FRESH_CONNECTION_ANSWER`] at most,
+/// then the call is tried again on a new connection (also recorded). Server answers and
+/// deadlines are never tried again; the caller bounds the whole by its deadline.
 async fn tried<T>(
     client: &mut FlightClient,
+    endpoint: &Endpoint,
     retried: &mut Vec<CallError>,
     call: impl for<'a> Fn(&'a mut FlightClient) -> BoxFuture<'a, Result<T, FlightError>>,
 ) -> Result<T, FlightError> {
     let mut attempt = 0;
+    let mut after_a_lost_connection = false;
     loop {
         attempt += 1;
         // Each try says how many came before it, as gRPC's retries do (gRFC A6), so the
         // node counts it; set or cleared on every try (a call cut off by its deadline
         // leaves no stale count on the client).
         mark_attempt(client, attempt);
-        match call(client).await {
+        // The last try waits as long as the call's deadline lets it.
+        let answer = if after_a_lost_connection && attempt < LOST_CONNECTION_ATTEMPTS {
+            match tokio::time::timeout(FRESH_CONNECTION_ANSWER, call(client)).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    retried.push(CallError {
+                        code: "DEADLINE_EXCEEDED",
+                        message: format!(
+                            "no answer within {} on a new connection after a lost one; \
+                             tried again on another",
+                            humantime::format_duration(FRESH_CONNECTION_ANSWER)
+                        ),
+                    });
+                    reconnect(client, endpoint);
+                    continue;
+                }
+            }
+        } else {
+            call(client).await
+        };
+        match answer {
             Err(err) if retry_unprocessed(&err, attempt) => {}
             Err(err) if retry_lost_connection(&err, attempt) => {
                 retried.push(flight_error(&err));
+                after_a_lost_connection = true;
                 tokio::time::sleep(lost_connection_backoff(attempt)).await;
             }
             other => return other,
         }
     }
+}
+
+/// Replaces the client's connection with a new one to `endpoint` (the Service picks the
+/// node again), keeping its headers (the token).
+fn reconnect(client: &mut FlightClient, endpoint: &Endpoint) {
+    let headers = client.metadata().clone();
+    let mut fresh = FlightClient::new(endpoint.connect_lazy());
+    *fresh.metadata_mut() = headers;
+    *client = fresh;
 }
 
 /// Sets `grpc-previous-rpc-attempts` on the client's next call to `attempt - 1`, or clears
