@@ -225,13 +225,20 @@ impl Caller {
                 retried,
             } => {
                 let ticket = Ticket::new(workload.ticket(index));
-                let call = tried(client, endpoint, retried, |client: &mut FlightClient| {
-                    let ticket = ticket.clone();
-                    async move { client.do_get(ticket).await?.try_collect().await }.boxed()
-                });
+                let mut tries = Vec::new();
+                let call = tried(
+                    client,
+                    endpoint,
+                    retried,
+                    &mut tries,
+                    |client: &mut FlightClient| {
+                        let ticket = ticket.clone();
+                        async move { client.do_get(ticket).await?.try_collect().await }.boxed()
+                    },
+                );
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|err| (flight_code(&err), flight_error(&err))),
-                    Err(_) => return Err(deadline_error(timeout)),
+                    Err(_) => return Err(deadline_error_after(timeout, &tries)),
                 }
             }
             Self::Ring(client) => {
@@ -270,21 +277,28 @@ impl Caller {
                 endpoint,
                 retried,
             } => {
-                let call = tried(client, endpoint, retried, |client: &mut FlightClient| {
-                    let stream = FlightDataEncoderBuilder::new()
-                        .with_schema(workload.schema())
-                        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-                        .with_flight_descriptor(Some(descriptor.clone()))
-                        .build(futures::stream::iter([Ok(batch.clone())]));
-                    async move {
-                        client.do_put(stream).await?.try_collect::<Vec<_>>().await?;
-                        Ok(())
-                    }
-                    .boxed()
-                });
+                let mut tries = Vec::new();
+                let call = tried(
+                    client,
+                    endpoint,
+                    retried,
+                    &mut tries,
+                    |client: &mut FlightClient| {
+                        let stream = FlightDataEncoderBuilder::new()
+                            .with_schema(workload.schema())
+                            .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+                            .with_flight_descriptor(Some(descriptor.clone()))
+                            .build(futures::stream::iter([Ok(batch.clone())]));
+                        async move {
+                            client.do_put(stream).await?.try_collect::<Vec<_>>().await?;
+                            Ok(())
+                        }
+                        .boxed()
+                    },
+                );
                 match tokio::time::timeout(timeout, call).await {
                     Ok(result) => result.map_err(|err| flight_error(&err)),
-                    Err(_) => Err(deadline_error(timeout)),
+                    Err(_) => Err(deadline_error_after(timeout, &tries)),
                 }
             }
             Self::Ring(client) => {
@@ -305,16 +319,23 @@ impl Caller {
 /// `retried`; after a lost connection each try waits [`FRESH_CONNECTION_ANSWER`] at most,
 /// then the call is tried again on a new connection (also recorded). Server answers and
 /// deadlines are never tried again; the caller bounds the whole by its deadline.
+///
+/// `tries` gets one line per try that did not answer (when, how long, why) and one for
+/// the try under way, so a call its deadline cuts off says what its time went to.
 async fn tried<T>(
     client: &mut FlightClient,
     endpoint: &Endpoint,
     retried: &mut Vec<CallError>,
+    tries: &mut Vec<String>,
     call: impl for<'a> Fn(&'a mut FlightClient) -> BoxFuture<'a, Result<T, FlightError>>,
 ) -> Result<T, FlightError> {
+    let began = std::time::Instant::now();
+    let at = || began.elapsed().as_millis();
     let mut attempt = 0;
     let mut after_a_lost_connection = false;
     loop {
         attempt += 1;
+        tries.push(format!("#{attempt} from {} ms", at()));
         // Each try says how many came before it, as gRPC's retries do (gRFC A6), so the
         // node counts it; set or cleared on every try (a call cut off by its deadline
         // leaves no stale count on the client).
@@ -324,6 +345,10 @@ async fn tried<T>(
             match tokio::time::timeout(FRESH_CONNECTION_ANSWER, call(client)).await {
                 Ok(answer) => answer,
                 Err(_) => {
+                    tries.push(format!(
+                        "#{attempt} no answer by {} ms: new connection",
+                        at()
+                    ));
                     retried.push(CallError {
                         code: "DEADLINE_EXCEEDED",
                         message: format!(
@@ -339,6 +364,11 @@ async fn tried<T>(
         } else {
             call(client).await
         };
+        if let Err(err) = &answer {
+            let failed = flight_error(err);
+            let why: String = failed.message.chars().take(80).collect();
+            tries.push(format!("#{attempt} {} at {} ms ({why})", failed.code, at()));
+        }
         match answer {
             Err(err) if retry_unprocessed(&err, attempt) => {}
             Err(err) if retry_lost_connection(&err, attempt) => {
@@ -375,6 +405,13 @@ fn mark_attempt(client: &mut FlightClient, attempt: u32) {
 /// connection (the call never left the client) until the call's deadline.
 fn retry_lost_connection(err: &FlightError, attempt: u32) -> bool {
     connection_lost(err) && (attempt < LOST_CONNECTION_ATTEMPTS || connection_refused(err))
+}
+
+/// A deadline error that lists the call's tries ([`tried`]).
+fn deadline_error_after(timeout: Duration, tries: &[String]) -> CallError {
+    let mut error = deadline_error(timeout);
+    error.message = format!("{}; tries: {}", error.message, tries.join(", "));
+    error
 }
 
 fn deadline_error(timeout: Duration) -> CallError {
@@ -445,5 +482,46 @@ pub(crate) fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "UNAVAILABLE",
         Code::DataLoss => "DATA_LOSS",
         Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call whose deadline cuts it off names its tries: here a server that accepts the
+    /// connection and never answers, as a frozen process does.
+    #[tokio::test]
+    async fn a_call_cut_off_by_its_deadline_lists_its_tries() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE)
+            .keep_alive_timeout(KEEPALIVE);
+        let target = Target::Direct {
+            endpoint: Box::new(endpoint),
+            token: None,
+        };
+        let mut caller = target.caller().unwrap();
+        let workload = Workload::new("load", 1);
+        let err = caller
+            .get(&workload, 0, Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "DEADLINE_EXCEEDED");
+        assert!(
+            err.message.contains("within 500ms") && err.message.contains("tries: #1 from 0 ms"),
+            "{}",
+            err.message
+        );
+        held.abort();
     }
 }
