@@ -53,6 +53,7 @@ class Run:
         self.stakes = {"restart": (40_000, 0.005), "node-crash": (6_775, 1.0),
                        "node-lost": (6_775, 0.005)}
         self.corrupt = 0
+        self.seen = {}
 
     def judge(self, capsys):
         rust = {
@@ -66,7 +67,8 @@ class Run:
             "rust.json": json.dumps(rust),
             "py.json": json.dumps({"phases": self.py}),
             "converge": "restart 70\n",
-            "stakes": "".join(f"{n} stake {e} {r}\n" for n, (e, r) in self.stakes.items()),
+            "stakes": "".join(f"{n} stake {e} {r}\n" for n, (e, r) in self.stakes.items())
+                      + "".join(f"{n} seen {c} {t}\n" for n, (c, t) in self.seen.items()),
         }.items():
             path = self.dir / name
             path.write_text(text)
@@ -151,6 +153,21 @@ def test_tries_after_a_lost_connection_are_bounded_and_none_in_a_planned_change(
     run.rust["restart"] = rust_phase("restart", retried=1)
     code, broken, _, _ = run.judge(capsys)
     assert code == 1 and "more than the 0 its disruption explains" in broken[0]
+
+
+def test_pyarrow_tries_the_nodes_counted_are_bounded_like_the_rust_clients(tmp_path, capsys):
+    run = Run(tmp_path)
+    bound = changes_report.PYARROW_LOST_CONNECTION_TRIES
+    run.seen = {"node-crash": (bound, 5), "restart": (0, 0)}
+    code, broken, _, out = run.judge(capsys)
+    assert (code, broken) == (0, [])
+    assert f"{bound}/{bound}" in next(l for l in out.splitlines() if l.startswith("node-crash"))
+    run.seen = {"node-crash": (bound + 1, 0), "restart": (1, 0)}
+    code, broken, _, _ = run.judge(capsys)
+    assert code == 1
+    assert any(f"node-crash: the nodes counted {bound + 1} pyarrow calls" in b for b in broken)
+    assert any("restart: the nodes counted 1 pyarrow calls tried again, more than the 0" in b
+               for b in broken)
 
 
 def test_hit_ratio_floors_differ_for_planned_changes_and_faults(tmp_path, capsys):
