@@ -987,6 +987,37 @@ async fn an_owner_that_accepts_but_never_answers_costs_a_miss_not_a_hang() {
     cluster.shutdown().await;
 }
 
+#[tokio::test]
+async fn the_read_that_tries_a_frozen_owner_again_waits_half_a_second_not_the_keepalive() {
+    let mut cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let keys = keys_owned_by(&ring, "n-2", "frozen-again", 2);
+    let held = freeze(&mut cluster, 2).await;
+    let mut via0 = cluster.client(0).await;
+    // The first read finds the owner gone (the peer keepalive ends the connection).
+    let first = common::status(get(&mut via0, path_ticket(&keys[0])).await.unwrap_err());
+    assert_eq!(first.code(), Code::NotFound, "{first}");
+    // Once the owner's down time is over, one read is let through to try it again: a
+    // client's read, which now waits TRY_READ_DEADLINE for the owner to start answering
+    // (before, the peer keepalive's two periods) and then fails over as the others do.
+    tokio::time::sleep(cache_node::routing::health::DOWN_FOR + Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let again = common::status(get(&mut via0, path_ticket(&keys[1])).await.unwrap_err());
+    let took = started.elapsed();
+    assert_eq!(again.code(), Code::NotFound, "{again}");
+    // The budget: the try's deadline (0.5 s), then the key's next choice answers (a
+    // miss) on loopback; 1 s more for a loaded machine. Waiting out the peer keepalive
+    // instead (two 1 s periods: 2.0 s measured) breaks it.
+    let budget = Duration::from_millis(1_500);
+    assert!(cache_node::routing::health::TRY_READ_DEADLINE <= Duration::from_millis(500));
+    println!(
+        "the read trying a frozen owner again answered NOT_FOUND in {took:?} (budget {budget:?})"
+    );
+    assert!(took < budget, "{took:?} (budget {budget:?})");
+    held.abort();
+    cluster.shutdown().await;
+}
+
 /// Replaces node `i` by a listener that accepts connections and never answers (a frozen
 /// process whose kernel still completes the TCP handshake) and publishes the ring again.
 async fn freeze(cluster: &mut Cluster, i: usize) -> tokio::task::JoinHandle<()> {

@@ -291,7 +291,7 @@ pub async fn do_get(
     let response = with_deadline(
         peers,
         peer,
-        sender.deadline(),
+        peers.read_deadline(peer, sender.deadline()),
         client.do_get(outgoing(peers, ticket, incoming, sender)),
     )
     .await?;

@@ -174,6 +174,17 @@ impl Peers {
         self.health.lock().answered(&peer.address);
     }
 
+    /// How long a read admitted to `peer` may wait for it to start answering: `usual`, or
+    /// [`crate::routing::health::TRY_READ_DEADLINE`] when it is the one call trying whether
+    /// the peer that was down is back.
+    pub fn read_deadline(&self, peer: &Peer, usual: Duration) -> Duration {
+        if self.health.lock().trying(&peer.address) {
+            usual.min(crate::routing::health::TRY_READ_DEADLINE)
+        } else {
+            usual
+        }
+    }
+
     /// Refuses a call to a peer calls skip right now (see [`crate::routing::health`]),
     /// without counting it.
     fn skip_if_down(&self, peer: &Peer) -> Result<()> {

@@ -6,7 +6,8 @@
 //! a read to the key's next copy or answered as a miss, a write to the next candidate.
 //! After that, **one** call is let through to try the peer (half-open) while every other
 //! call keeps failing over: a peer that accepts connections but never answers (a frozen
-//! process) holds that one call up to the keepalive timeout, not every call on the node.
+//! process) holds that one call — at most [`TRY_READ_DEADLINE`] when it is a read, the
+//! keepalive timeout otherwise — not every call on the node.
 //! (Letting every call try once the second was up stalled a node's whole load for the
 //! ~16 s a frozen peer took to leave the ring: ~4 calls/s instead of ~4,000.) An answer
 //! from the peer — any answer, an error status too — closes the breaker; a failed try
@@ -24,6 +25,11 @@ pub const DOWN_FOR: Duration = Duration::from_secs(1);
 /// How long a call trying a peer that was down may go without a verdict before another
 /// call may try: the connect timeout (2 s) plus the keepalive's ping and its timeout.
 pub const TRY_STALE_AFTER: Duration = Duration::from_secs(4);
+/// How long a read that tries a peer that was down waits for the peer to start answering:
+/// a peer that is back answers in milliseconds, and the read is a client's, which fails
+/// over once this is up instead of waiting out the peer keepalive on a process that
+/// still hangs (its kernel accepts the connection).
+pub const TRY_READ_DEADLINE: Duration = Duration::from_millis(500);
 
 /// Why a call skips a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +88,14 @@ impl PeerHealth {
         }
     }
 
+    /// Whether the one call let through to `address` is trying whether it is back: the
+    /// caller that was just admitted is that call (every other is skipped meanwhile).
+    pub fn trying(&self, address: &str) -> bool {
+        self.open
+            .get(address)
+            .is_some_and(|open| open.trying_since.is_some())
+    }
+
     /// A call could not reach `address`: skipped for [`DOWN_FOR`] from `now`.
     pub fn unreachable(&mut self, address: &str, now: Instant) {
         self.open.insert(
@@ -114,6 +128,19 @@ mod tests {
     use super::*;
 
     const PEER: &str = "n-1:50051";
+
+    #[test]
+    fn the_call_let_through_after_a_failure_knows_it_is_trying_the_peer() {
+        let mut health = PeerHealth::default();
+        let t0 = Instant::now();
+        assert!(!health.trying(PEER), "never down");
+        health.unreachable(PEER, t0);
+        assert!(!health.trying(PEER), "skipped, not tried");
+        assert_eq!(health.admit(PEER, t0 + DOWN_FOR), Ok(()));
+        assert!(health.trying(PEER));
+        health.answered(PEER);
+        assert!(!health.trying(PEER), "back: calls as usual");
+    }
 
     #[test]
     fn a_peer_never_down_is_always_called() {

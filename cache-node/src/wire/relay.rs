@@ -179,7 +179,8 @@ impl RelayNode {
             std::future::poll_fn(|cx| channel.poll_ready(cx)).await?;
             channel.call(outgoing).await
         };
-        let response = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        let deadline = self.peers.read_deadline(peer, CALL_TIMEOUT);
+        let response = match tokio::time::timeout(deadline, call).await {
             Ok(Ok(response)) => {
                 self.peers.answered(peer);
                 response
