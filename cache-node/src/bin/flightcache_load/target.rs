@@ -225,21 +225,18 @@ impl Caller {
                 retried,
             } => {
                 let ticket = Ticket::new(workload.ticket(index));
-                let mut tries = Vec::new();
-                let call = tried(
+                tried_within(
+                    timeout,
                     client,
                     endpoint,
                     retried,
-                    &mut tries,
                     |client: &mut FlightClient| {
                         let ticket = ticket.clone();
                         async move { client.do_get(ticket).await?.try_collect().await }.boxed()
                     },
-                );
-                match tokio::time::timeout(timeout, call).await {
-                    Ok(result) => result.map_err(|err| (flight_code(&err), flight_error(&err))),
-                    Err(_) => return Err(deadline_error_after(timeout, &tries)),
-                }
+                )
+                .await?
+                .map_err(|err| (flight_code(&err), flight_error(&err)))
             }
             Self::Ring(client) => {
                 let descriptor = workload.descriptor(index);
@@ -276,31 +273,26 @@ impl Caller {
                 client,
                 endpoint,
                 retried,
-            } => {
-                let mut tries = Vec::new();
-                let call = tried(
-                    client,
-                    endpoint,
-                    retried,
-                    &mut tries,
-                    |client: &mut FlightClient| {
-                        let stream = FlightDataEncoderBuilder::new()
-                            .with_schema(workload.schema())
-                            .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
-                            .with_flight_descriptor(Some(descriptor.clone()))
-                            .build(futures::stream::iter([Ok(batch.clone())]));
-                        async move {
-                            client.do_put(stream).await?.try_collect::<Vec<_>>().await?;
-                            Ok(())
-                        }
-                        .boxed()
-                    },
-                );
-                match tokio::time::timeout(timeout, call).await {
-                    Ok(result) => result.map_err(|err| flight_error(&err)),
-                    Err(_) => Err(deadline_error_after(timeout, &tries)),
-                }
-            }
+            } => tried_within(
+                timeout,
+                client,
+                endpoint,
+                retried,
+                |client: &mut FlightClient| {
+                    let stream = FlightDataEncoderBuilder::new()
+                        .with_schema(workload.schema())
+                        .with_max_flight_data_size(MAX_FLIGHT_DATA_BYTES)
+                        .with_flight_descriptor(Some(descriptor.clone()))
+                        .build(futures::stream::iter([Ok(batch.clone())]));
+                    async move {
+                        client.do_put(stream).await?.try_collect::<Vec<_>>().await?;
+                        Ok(())
+                    }
+                    .boxed()
+                },
+            )
+            .await?
+            .map_err(|err| flight_error(&err)),
             Self::Ring(client) => {
                 match tokio::time::timeout(timeout, client.put(descriptor, vec![batch])).await {
                     Ok(result) => result.map(|_| ()).map_err(|err| client_error(&err)),
@@ -405,6 +397,22 @@ fn mark_attempt(client: &mut FlightClient, attempt: u32) {
 /// connection (the call never left the client) until the call's deadline.
 fn retry_lost_connection(err: &FlightError, attempt: u32) -> bool {
     connection_lost(err) && (attempt < LOST_CONNECTION_ATTEMPTS || connection_refused(err))
+}
+
+/// [`tried`] within the call's `timeout`: its answer, or a deadline error that lists the
+/// call's tries.
+async fn tried_within<T>(
+    timeout: Duration,
+    client: &mut FlightClient,
+    endpoint: &Endpoint,
+    retried: &mut Vec<CallError>,
+    call: impl for<'a> Fn(&'a mut FlightClient) -> BoxFuture<'a, Result<T, FlightError>>,
+) -> Result<Result<T, FlightError>, CallError> {
+    let mut tries = Vec::new();
+    let answer = tokio::time::timeout(timeout, tried(client, endpoint, retried, &mut tries, call));
+    answer
+        .await
+        .map_err(|_| deadline_error_after(timeout, &tries))
 }
 
 /// A deadline error that lists the call's tries ([`tried`]).
