@@ -750,6 +750,7 @@ async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_an
             .unwrap();
         let stats = stats(&mut cluster.client(i).await).await;
         assert!(stats["lastRebalanceMsAgo"].is_u64(), "n-{i}: {stats}");
+        assert_eq!(stats["holdsStrays"], false, "n-{i}: {stats}");
     }
     // The old process's exit handoff lands after those passes listed their stores.
     cluster.stop(2).await;
@@ -765,6 +766,8 @@ async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_an
             serde_json::Value::Null,
             "n-{i} holds handed-off copies: {stats}"
         );
+        // And says so on its own, so that it is asked even when no peer started after it.
+        assert_eq!(stats["holdsStrays"], true, "n-{i}: {stats}");
     }
 
     // The replacement is back (empty, a new address); the pass it asks for hands it every
@@ -777,6 +780,7 @@ async fn a_node_given_exit_handoff_copies_after_its_rebalance_reports_it_owes_an
         assert_eq!(answer["moved"], held_here, "n-{i}: {answer}");
         let stats = stats(&mut cluster.client(i).await).await;
         assert!(stats["lastRebalanceMsAgo"].is_u64(), "n-{i}: {stats}");
+        assert_eq!(stats["holdsStrays"], false, "n-{i}: {stats}");
     }
     for key in &keys {
         assert!(holds(cluster.node(2), key), "{key} is back on n-2");

@@ -278,6 +278,13 @@ pub struct StatsAnswer {
     /// restarted after this node last sent out the copies it owes.
     #[serde(default)]
     pub last_rebalance_ms_ago: Option<u64>,
+    /// The node holds copies of keys it does not hold under its ring, stored since its
+    /// last whole `rebalance` began: a peer's exit handoff (an old process of a pod
+    /// already replaced, handing off by the ring it last had) or a put whose owner could
+    /// not be reached. It owes them a rebalance whatever its peers' ages (false from
+    /// nodes that predate it; they report `lastRebalanceMsAgo` null instead).
+    #[serde(default)]
+    pub holds_strays: bool,
     /// The node reads the members' `zone` in a ring (false from nodes that predate
     /// zones: they refuse a ring carrying them as an unknown field). The operator
     /// publishes zones only while every node of the pool says so.
@@ -571,8 +578,8 @@ mod tests {
             AdminAction::Stats,
             r#"{"budgetBytes":67108864,"entries":3,"eviction":"tinylfu",
                "evictions":{"expired":1,"explicit":2,"migrated":0,"replaced":4,"size":5},
-               "generation":7,"hits":10,"inserts":6,"lastRebalanceMsAgo":4200,
-               "locationMode":"proxy","maxEntries":10000,
+               "generation":7,"hits":10,"holdsStrays":true,"inserts":6,
+               "lastRebalanceMsAgo":4200,"locationMode":"proxy","maxEntries":10000,
                "maxEntryBytes":8388608,"memberId":"hot-1","memberState":"draining",
                "misses":2,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
                "readsZones":true,"ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,
@@ -581,6 +588,7 @@ mod tests {
         assert!(stats.reads_zones);
         assert_eq!(stats.uptime_ms, Some(7_200_000));
         assert_eq!(stats.last_rebalance_ms_ago, Some(4_200));
+        assert!(stats.holds_strays);
         assert_eq!(stats.ttl, Duration::from_secs(5400));
         assert_eq!(stats.member_state, Some(MemberState::Draining));
         assert_eq!(stats.eviction, EvictionPolicy::Tinylfu);
@@ -593,8 +601,8 @@ mod tests {
             AdminAction::Stats,
             r#"{"budgetBytes":1024,"entries":0,"eviction":"lru",
                "evictions":{"expired":0,"explicit":0,"migrated":0,"replaced":0,"size":0},
-               "generation":1,"hits":0,"inserts":0,"locationMode":"direct","maxEntries":100,
-               "maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
+               "generation":1,"hits":0,"holdsStrays":false,"inserts":0,"locationMode":"direct",
+               "maxEntries":100,"maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
                "readsZones":true,"rejectedPuts":0,"replicas":1,"reservedBytes":0,
                "ringVersion":0,"ttl":"5m","ttlMode":"absolute","uptimeMs":15,
                "lastRebalanceMsAgo":null,"usedBytes":0}"#,
@@ -619,6 +627,7 @@ mod tests {
         // Nor do such nodes report their times: the operator then neither asks them to
         // rebalance for a restarted peer nor counts them as restarted.
         assert_eq!((stats.uptime_ms, stats.last_rebalance_ms_ago), (None, None));
+        assert!(!stats.holds_strays, "nor do they say they hold strays");
         // Nor do they read zones: the operator publishes none while such a node runs.
         assert!(!stats.reads_zones);
     }

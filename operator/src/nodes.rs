@@ -81,6 +81,8 @@ pub struct NodeReport {
     pub uptime_ms: Option<u64>,
     /// Milliseconds since its last whole rebalance started (`None` before the first).
     pub last_rebalance_ms_ago: Option<u64>,
+    /// It holds copies of keys that are not its own, stored since that rebalance.
+    pub holds_strays: bool,
     /// Whether it reads ring members' zones (false from images before zones).
     pub reads_zones: bool,
 }
@@ -147,6 +149,7 @@ impl NodeAdmin {
             budget_bytes: stats.budget_bytes,
             uptime_ms: stats.uptime_ms,
             last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
+            holds_strays: stats.holds_strays,
             reads_zones: stats.reads_zones,
         })
     }

@@ -482,12 +482,13 @@ pub fn plan_pool(
     // so no rebalance above sends it its keys, and with two copies nothing refills its
     // second copies (read repair refills first copies only). Each node whose last whole
     // rebalance began before such a peer started serving owes it what it lacks — the
-    // entries handed off at its exit, its second copies — and rebalances once.
+    // entries handed off at its exit, its second copies — and rebalances once. So does a
+    // node holding strays: copies an old process handed it by the ring it last had.
     let rollout_steps = steps
         .iter()
         .any(|s| matches!(s, Step::Rebalance(..) | Step::Evict(..)));
     if settled && !ring_changed && all_route_by_ring && cold_restart.is_none() && !rollout_steps {
-        for node in owing_a_restarted_peer(&observed.nodes) {
+        for node in owing_a_handover(&observed.nodes) {
             rebalance(&mut steps, node);
         }
     }
@@ -565,12 +566,19 @@ pub fn plan_pool(
     }
 }
 
-/// The nodes that owe a restarted peer its copies: Ready nodes whose last whole
-/// rebalance (before the first, their own start) began before another Ready node started
-/// serving. Times are the nodes' own (`uptimeMs`, `lastRebalanceMsAgo`, read in the same
-/// pass), so no clocks are compared. A node that does not report them (an older image)
-/// neither owes nor is owed.
-fn owing_a_restarted_peer(nodes: &[NodeView]) -> Vec<&NodeView> {
+/// The nodes that owe a peer a handover: the ones that say they hold copies of keys that
+/// are not theirs (`holdsStrays`: a replaced pod's old process handed them its entries
+/// by the ring it last had), and those that owe a restarted peer its copies, i.e. Ready
+/// nodes whose last whole rebalance (before the first, their own start) began before
+/// another Ready node started serving. Times are the nodes' own (`uptimeMs`,
+/// `lastRebalanceMsAgo`, read in the same pass), so no clocks are compared. A node that
+/// does not report them (an older image) neither owes nor is owed.
+///
+/// Strays are asked for on their own: an older node reports them only as "no whole
+/// rebalance", which the age rule reads as "since it started", so the pool's youngest
+/// node kept the strays an old process handed it (a CI run's node-hung: 392 keys with a
+/// third copy for good).
+fn owing_a_handover(nodes: &[NodeView]) -> Vec<&NodeView> {
     let started: Vec<(i32, u64)> = nodes
         .iter()
         .filter(|n| n.ready)
@@ -583,6 +591,9 @@ fn owing_a_restarted_peer(nodes: &[NodeView]) -> Vec<&NodeView> {
             let Some(report) = owing.report else {
                 return false;
             };
+            if report.holds_strays {
+                return true;
+            }
             let Some(since) = report.last_rebalance_ms_ago.or(report.uptime_ms) else {
                 return false;
             };
@@ -654,6 +665,7 @@ mod tests {
             budget_bytes: validated(&[("hot", 1)]).pools[0].budget_bytes,
             uptime_ms: None,
             last_rebalance_ms_ago: None,
+            holds_strays: false,
             reads_zones: true,
         })
     }
@@ -769,6 +781,47 @@ mod tests {
         let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
         assert_eq!(plan.steps, []);
         assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn the_youngest_node_holding_strays_is_asked_to_rebalance() {
+        // A CI run's node-hung: demo-hot-1 and demo-hot-2 ran again elsewhere; once the
+        // hung node thawed, their old processes handed their entries off by their old
+        // ring. demo-hot-0 (old) was asked again; demo-hot-2 (the youngest) never was, as
+        // no peer started after it, and kept its third copies.
+        let (cluster, mut observed) = timed_pool([
+            (7_200_000, Some(20_000)),
+            (60_000, Some(30_000)),
+            (59_000, None),
+        ]);
+        let strays = |observed: &PoolObservation| {
+            plan_pool(&cluster, &cluster.pools[0], observed)
+                .steps
+                .into_iter()
+                .filter(|s| matches!(s, Step::Rebalance(..)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(strays(&observed), [], "without strays nobody owes anything");
+        if let Some(report) = observed.nodes[2].report.as_mut() {
+            report.holds_strays = true;
+        }
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())]
+        );
+        assert_eq!(plan.phase, Phase::Configuring, "requeued soon, not idle");
+        // Not while the ring changes: that pass rebalances whom the change asks.
+        observed.nodes[0].report = observed.nodes[0].report.map(|r| NodeReport {
+            ring_version: 0,
+            ..r
+        });
+        assert!(
+            !plan_pool(&cluster, &cluster.pools[0], &observed)
+                .steps
+                .contains(&Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())),
+            "a node not on the ring yet comes first"
+        );
     }
 
     #[test]

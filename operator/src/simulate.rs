@@ -289,6 +289,7 @@ impl SimCluster {
                         budget_bytes: node.budget_bytes,
                         uptime_ms: Some((self.now - node.ready_at) * 1000),
                         last_rebalance_ms_ago: node.rebalanced_at.map(|at| (self.now - at) * 1000),
+                        holds_strays: false,
                         reads_zones: true,
                     }),
                     ready_seconds: if ready { self.now - node.ready_at } else { 0 },

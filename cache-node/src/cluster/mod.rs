@@ -65,8 +65,8 @@ pub struct Cluster {
     last_rebalance: Arc<parking_lot::Mutex<Option<Instant>>>,
     /// Set when a copy of a key this node does not hold under its ring (a stopping
     /// peer's exit handoff, a put while its owner was unreachable) is stored here, cleared
-    /// when a whole rebalance starts: while set, `stats` reports no whole rebalance, so
-    /// the operator asks for one once the holder is back (`note_if_not_held_here`).
+    /// when a whole rebalance starts: while set, `stats` says so (`holdsStrays`, and no
+    /// whole rebalance), so the operator asks for one (`note_if_not_held_here`).
     holds_copies_not_its_own: Arc<std::sync::atomic::AtomicBool>,
     /// Set once the node begins to stop (see [`Cluster::begin_stopping`]).
     stopping: Arc<std::sync::atomic::AtomicBool>,
@@ -122,15 +122,20 @@ impl Cluster {
         self.started.elapsed()
     }
 
+    /// Whether the node holds a copy, stored since its last whole rebalance began, of a
+    /// key it does not hold under its ring (see `note_if_not_held_here`): the
+    /// operator asks such a node for a rebalance whatever its peers' ages.
+    pub fn holds_strays(&self) -> bool {
+        self.holds_copies_not_its_own
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// How long ago its last whole rebalance (not a dry run, no limit) started; `None`
     /// before the first, and while the node holds a copy stored since then of a key it does
     /// not hold under its ring (it owes that key's holder a handover just as it owes a
     /// restarted peer its copies).
     pub fn last_rebalance_ago(&self) -> Option<Duration> {
-        if self
-            .holds_copies_not_its_own
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if self.holds_strays() {
             return None;
         }
         self.last_rebalance.lock().map(|at| at.elapsed())

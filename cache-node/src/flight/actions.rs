@@ -231,6 +231,7 @@ pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
         replicas: 1,
         uptime_ms: None,
         last_rebalance_ms_ago: None,
+        holds_strays: false,
         // This binary reads ring members' zones (routing/ring.rs): the operator may
         // publish them to it.
         reads_zones: true,

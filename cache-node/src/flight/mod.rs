@@ -725,6 +725,7 @@ impl FlightService for FlightCacheService {
                     let answer = admin::StatsAnswer {
                         uptime_ms: Some(millis(self.cluster.uptime())),
                         last_rebalance_ms_ago: self.cluster.last_rebalance_ago().map(millis),
+                        holds_strays: self.cluster.holds_strays(),
                         ..actions::node_stats(&self.store, &self.live, self.cluster.routing())
                     };
                     Bytes::from(admin::encode(&answer))
