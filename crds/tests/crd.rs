@@ -171,6 +171,11 @@ fn every_rule_sits_on_its_field_with_its_message() {
             rules::PERSISTENCE_KEPT,
             rules::PERSISTENCE_KEPT_MSG,
         ),
+        (
+            "spec.pools[]",
+            rules::PERSISTENCE_NOT_ADDED,
+            rules::PERSISTENCE_NOT_ADDED_MSG,
+        ),
         ("spec.pools[].name", rules::POOL_NAME, rules::POOL_NAME_MSG),
         ("spec.pools[].shards", rules::SHARDS, rules::SHARDS_MSG),
         (
@@ -208,8 +213,8 @@ fn every_rule_sits_on_its_field_with_its_message() {
         ),
         (
             "spec.pools[].persistence.size",
-            rules::SIZE_NO_SHRINK,
-            rules::SIZE_NO_SHRINK_MSG,
+            rules::SIZE_FIXED,
+            rules::SIZE_FIXED_MSG,
         ),
         (
             "spec.pools[].persistence.storageClassName",
@@ -423,7 +428,8 @@ fn every_spec_field_has_a_change_class_stated_in_its_description() {
         ("spec.image", ChangeClass::RestartWithHandoff),
         ("spec.pools[].resources", ChangeClass::RestartWithHandoff),
         ("spec.pools[].scheduling", ChangeClass::RestartWithHandoff),
-        ("spec.pools[].persistence", ChangeClass::RestartWithHandoff),
+        ("spec.pools[].persistence", ChangeClass::Fixed),
+        ("spec.pools[].persistence.size", ChangeClass::Fixed),
         ("spec.tls", ChangeClass::RestartWithHandoff),
         ("spec.auth", ChangeClass::RestartWithHandoff),
         ("spec.port", ChangeClass::RestartWithHandoff),

@@ -21,6 +21,9 @@ pub enum ChangeClass {
     /// The pool's hash ring changes: nodes join or leave one at a time and the keys that
     /// change owner are migrated, not dropped.
     RingChange,
+    /// Set when the pool is created; the API server refuses a change to an existing
+    /// pool (a StatefulSet's volume claim templates cannot change).
+    Fixed,
 }
 
 impl ChangeClass {
@@ -31,15 +34,17 @@ impl ChangeClass {
             Self::Resize => "resize",
             Self::RestartWithHandoff => "restart with handoff",
             Self::RingChange => "ring change",
+            Self::Fixed => "fixed",
         }
     }
 
     /// Every class, in the order the docs list them.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::Live,
         Self::Resize,
         Self::RestartWithHandoff,
         Self::RingChange,
+        Self::Fixed,
     ];
 }
 
@@ -75,14 +80,11 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
     ("spec.pools[].locationMode", ChangeClass::Live),
     ("spec.pools[].replicas", ChangeClass::RingChange),
     ("spec.pools[].image", ChangeClass::RestartWithHandoff),
-    ("spec.pools[].persistence", ChangeClass::RestartWithHandoff),
-    (
-        "spec.pools[].persistence.size",
-        ChangeClass::RestartWithHandoff,
-    ),
+    ("spec.pools[].persistence", ChangeClass::Fixed),
+    ("spec.pools[].persistence.size", ChangeClass::Fixed),
     (
         "spec.pools[].persistence.storageClassName",
-        ChangeClass::RestartWithHandoff,
+        ChangeClass::Fixed,
     ),
     ("spec.pools[].resources", ChangeClass::RestartWithHandoff),
     ("spec.pools[].scheduling", ChangeClass::RestartWithHandoff),

@@ -24,6 +24,7 @@ use crate::node_config::{EvictionPolicy, LocationMode, TtlMode};
     validation = Rule::new(rules::SIZE_COVERS_MEMORY).message(rules::SIZE_COVERS_MEMORY_MSG).field_path(".persistence.size"),
     validation = Rule::new(rules::NO_RESOURCES_MEMORY_LIMIT).message(rules::NO_RESOURCES_MEMORY_LIMIT_MSG).field_path(".resources.limits"),
     validation = Rule::new(rules::PERSISTENCE_KEPT).message(rules::PERSISTENCE_KEPT_MSG).reason(Reason::FieldValueForbidden).field_path(".persistence"),
+    validation = Rule::new(rules::PERSISTENCE_NOT_ADDED).message(rules::PERSISTENCE_NOT_ADDED_MSG).reason(Reason::FieldValueForbidden).field_path(".persistence"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PoolSpec {
@@ -119,9 +120,12 @@ pub struct PoolSpec {
     /// ready, instead of starting cold. A node the operator had taken out of the ring
     /// (unready over 10 s while other nodes served its keys) drops them when it
     /// returns, since they may be stale. Unset:
-    /// memory only (a restarting node's entries are handed off to its peers). Can be
-    /// added to an existing pool, never removed.
-    /// Change: restart with handoff.
+    /// memory only (a restarting node's entries are handed off to its peers). Set when
+    /// the pool is created: it can be neither added to an existing pool nor removed.
+    /// When the CacheCluster is deleted or the pool shrinks, the claims of the nodes that
+    /// go are deleted with them (what they held may be stale by the time a node of that
+    /// name returns).
+    /// Change: fixed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence: Option<PersistenceSpec>,
 
@@ -144,19 +148,21 @@ pub struct PoolSpec {
 #[serde(rename_all = "camelCase")]
 pub struct PersistenceSpec {
     /// Size of each node's volume, a whole number of bytes with an optional unit (`Ki`,
-    /// `Mi`, `Gi`, `Ti`, `k`, `M`, `G`, `T`); at least `memoryLimit`. It can grow (the
-    /// claims are expanded; the storage class must allow expansion) but never shrink.
-    /// Change: restart with handoff.
+    /// `Mi`, `Gi`, `Ti`, `k`, `M`, `G`, `T`); at least `memoryLimit`, so leave room for
+    /// the memory limit to grow. It cannot change once the pool exists (the same
+    /// quantity in other units can be written): to grow the volumes, expand the claims
+    /// `data-<cluster>-<pool>-<n>` where their StorageClass allows it.
+    /// Change: fixed.
     #[x_kube(
         validation = Rule::new(rules::BYTES_FORMAT).message(rules::SIZE_FORMAT_MSG),
-        validation = Rule::new(rules::SIZE_NO_SHRINK).message(rules::SIZE_NO_SHRINK_MSG).reason(Reason::FieldValueForbidden)
+        validation = Rule::new(rules::SIZE_FIXED).message(rules::SIZE_FIXED_MSG).reason(Reason::FieldValueForbidden)
     )]
     #[schemars(length(max = 20))]
     pub size: String,
 
     /// StorageClass of the volumes; unset uses the cluster's default class. Immutable:
     /// existing volumes cannot move to another class without losing their data.
-    /// Change: restart with handoff.
+    /// Change: fixed.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::STORAGE_CLASS_MSG))]
     #[schemars(length(max = 253))]
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -163,12 +163,18 @@ pub const PERSISTENCE_KEPT: &str = "has(self.persistence) || !has(oldSelf.persis
 /// Message of [`PERSISTENCE_KEPT`].
 pub const PERSISTENCE_KEPT_MSG: &str = "spec.pools[].persistence cannot be removed from an existing pool: its volumes hold the pool's warm-restart data (create a new pool instead)";
 
+/// Persistence is not added to an existing pool (transition, on the pool).
+pub const PERSISTENCE_NOT_ADDED: &str = "has(oldSelf.persistence) || !has(self.persistence)";
+/// Message of [`PERSISTENCE_NOT_ADDED`].
+pub const PERSISTENCE_NOT_ADDED_MSG: &str = "spec.pools[].persistence cannot be added to an existing pool: a StatefulSet's volume claim templates are fixed when it is created (add a new pool with persistence, move the clients to it, then remove this one)";
+
 /// The storage class never changes (transition, on `persistence`).
 pub const STORAGE_CLASS_IMMUTABLE: &str = "has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)";
 /// Message of [`STORAGE_CLASS_IMMUTABLE`].
 pub const STORAGE_CLASS_IMMUTABLE_MSG: &str = "spec.pools[].persistence.storageClassName is immutable: existing volumes cannot move to another storage class without losing their data";
 
-/// The volume size never shrinks (transition, on `persistence.size`).
-pub const SIZE_NO_SHRINK: &str = "!self.matches('^[0-9]{1,15}(Ki|Mi|Gi|Ti|k|M|G|T)?$') || !oldSelf.matches('^[0-9]{1,15}(Ki|Mi|Gi|Ti|k|M|G|T)?$') || quantity(self).compareTo(quantity(oldSelf)) >= 0";
-/// Message of [`SIZE_NO_SHRINK`].
-pub const SIZE_NO_SHRINK_MSG: &str = "spec.pools[].persistence.size cannot shrink: a volume cannot be made smaller without losing its data";
+/// The volume size never changes (transition, on `persistence.size`); the same quantity in
+/// other units is no change.
+pub const SIZE_FIXED: &str = "!self.matches('^[0-9]{1,15}(Ki|Mi|Gi|Ti|k|M|G|T)?$') || !oldSelf.matches('^[0-9]{1,15}(Ki|Mi|Gi|Ti|k|M|G|T)?$') || quantity(self).compareTo(quantity(oldSelf)) == 0";
+/// Message of [`SIZE_FIXED`].
+pub const SIZE_FIXED_MSG: &str = "spec.pools[].persistence.size cannot change once the pool exists: a StatefulSet's volume claim templates are fixed when it is created (to grow the volumes, expand the claims data-<cluster>-<pool>-<n> where their StorageClass allows it; for another size, add a new pool)";

@@ -145,12 +145,16 @@ pub fn validate_update(old: &CacheClusterSpec, new: &CacheClusterSpec) -> Result
                     );
                 }
                 if let (Some(before), Some(after)) = (before.size_bytes(), after.size_bytes())
-                    && after < before
+                    && after != before
                 {
-                    errors.push(format!("{at}.persistence.size"), rules::SIZE_NO_SHRINK_MSG);
+                    errors.push(format!("{at}.persistence.size"), rules::SIZE_FIXED_MSG);
                 }
             }
-            (None, _) => {}
+            (None, Some(_)) => errors.push(
+                format!("{at}.persistence"),
+                rules::PERSISTENCE_NOT_ADDED_MSG,
+            ),
+            (None, None) => {}
         }
     }
     errors.into_result()

@@ -140,6 +140,9 @@ fn class_meaning(class: ChangeClass) -> &'static str {
         ChangeClass::RingChange => {
             "The pool's hash ring changes; nodes join or leave one at a time and the keys that change owner are migrated, not dropped."
         }
+        ChangeClass::Fixed => {
+            "Set when the pool is created. The API server refuses a change to an existing pool: the pool's StatefulSet cannot change its volume claim templates. For another value, add a new pool, move the clients to it and remove the old one."
+        }
     }
 }
 

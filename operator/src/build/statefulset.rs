@@ -12,7 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, ContainerResizePolicy, EnvVar,
     EnvVarSource, GRPCAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
@@ -116,6 +119,16 @@ pub fn build_statefulset(
                     }),
                     status: None,
                 }]
+            }),
+            // A node's claim goes with it: when the pool or the CacheCluster is deleted,
+            // and when the pool shrinks. What a node held is cache, handed off when it
+            // left; kept, it would be reloaded by the next node of that name however
+            // stale it had become (and the claims would outlive the CacheCluster).
+            persistent_volume_claim_retention_policy: pool.persistence.as_ref().map(|_| {
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Delete".into()),
+                    when_scaled: Some("Delete".into()),
+                }
             }),
             ..StatefulSetSpec::default()
         }),
@@ -642,6 +655,18 @@ mod tests {
         assert_eq!(claims[0].metadata.name.as_deref(), Some("data"));
         let claim = claims[0].spec.as_ref().unwrap();
         assert_eq!(claim.storage_class_name.as_deref(), Some("local-path"));
+        let retention = sts
+            .persistent_volume_claim_retention_policy
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (
+                retention.when_deleted.as_deref(),
+                retention.when_scaled.as_deref()
+            ),
+            (Some("Delete"), Some("Delete")),
+            "a node's claim goes with it"
+        );
         let container = &sts.template.spec.unwrap().containers[0];
         let mount = container
             .volume_mounts
@@ -662,6 +687,7 @@ mod tests {
         let plain = validated(&[("hot", 3)]);
         let sts = build_statefulset(&plain, &plain.pools[0], 3).spec.unwrap();
         assert!(sts.volume_claim_templates.is_none());
+        assert!(sts.persistent_volume_claim_retention_policy.is_none());
         let container = &sts.template.spec.unwrap().containers[0];
         assert!(
             !container

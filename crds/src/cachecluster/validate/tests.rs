@@ -357,7 +357,7 @@ fn cross_field_rules_on_a_pool() {
 }
 
 #[test]
-fn updates_may_not_lose_persisted_data() {
+fn persistence_is_fixed_once_the_pool_exists() {
     let mut old_pool = PoolSpec::new("p");
     old_pool.persistence = Some(PersistenceSpec {
         size: "4Gi".into(),
@@ -388,21 +388,40 @@ fn updates_may_not_lose_persisted_data() {
             rules::STORAGE_CLASS_IMMUTABLE_MSG
         )]
     );
+    // The StatefulSet's volume claim templates cannot change: neither shrink nor grow.
+    for size in ["2Gi", "8Gi"] {
+        let resized = |p: &mut PoolSpec, size: &str| {
+            if let Some(persistence) = p.persistence.as_mut() {
+                persistence.size = size.into();
+            }
+        };
+        let mut pool = old_pool.clone();
+        resized(&mut pool, size);
+        assert_eq!(
+            messages(validate_update(
+                &old,
+                &spec(vec![pool, PoolSpec::new("other")])
+            )),
+            [(
+                "spec.pools[0].persistence.size".to_owned(),
+                rules::SIZE_FIXED_MSG
+            )],
+            "{size}"
+        );
+    }
+    // Nor is persistence added to a pool that has none.
     assert_eq!(
-        messages(validate_update(
-            &old,
-            &changed(|p| p.persistence.as_mut().unwrap().size = "2Gi".into())
-        )),
+        messages(validate_update(&spec(vec![PoolSpec::new("p")]), &old)),
         [(
-            "spec.pools[0].persistence.size".to_owned(),
-            rules::SIZE_NO_SHRINK_MSG
+            "spec.pools[1].persistence".to_owned(),
+            rules::PERSISTENCE_NOT_ADDED_MSG
         )]
     );
-    // Growing, live changes and a new pool are fine; so is adding persistence.
+    // The same size in other units, live changes and a new pool are fine.
     assert_eq!(
         validate_update(
             &old,
-            &changed(|p| p.persistence.as_mut().unwrap().size = "8Gi".into())
+            &changed(|p| p.persistence.as_mut().unwrap().size = "4096Mi".into())
         ),
         Ok(())
     );
@@ -411,8 +430,9 @@ fn updates_may_not_lose_persisted_data() {
         Ok(())
     );
     assert_eq!(
-        validate_update(&spec(vec![PoolSpec::new("p")]), &old),
-        Ok(())
+        validate_update(&spec(vec![PoolSpec::new("other")]), &old),
+        Ok(()),
+        "a new pool may have any persistence"
     );
 }
 
