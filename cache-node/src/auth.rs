@@ -26,6 +26,7 @@ use std::task::{Context, Poll};
 
 use base64::Engine as _;
 use crds::admin::AdminAction;
+use subtle::ConstantTimeEq as _;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::http;
@@ -165,12 +166,45 @@ impl Caller {
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
     credentials: Arc<Credentials>,
+    /// The credentials' digests, computed once: a presented token is compared with them.
+    known: Arc<KnownDigests>,
+}
+
+/// A token's SHA-256. Tokens are compared by digest, each byte of the two digests
+/// whatever the others: the time taken tells neither where a presented token differs
+/// from a configured one nor how long the configured one is.
+type TokenDigest = [u8; 32];
+
+fn token_digest(token: &[u8]) -> TokenDigest {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, token).as_ref());
+    out
+}
+
+/// The digests of the configured tokens, by the caller they identify.
+#[derive(Debug, Default)]
+struct KnownDigests {
+    admin: Option<TokenDigest>,
+    peer: Option<TokenDigest>,
+    client: Vec<TokenDigest>,
+}
+
+impl KnownDigests {
+    fn of(credentials: &Credentials) -> Self {
+        let digest = |token: &String| token_digest(token.as_bytes());
+        Self {
+            admin: credentials.admin.as_ref().map(digest),
+            peer: credentials.peer.as_ref().map(digest),
+            client: credentials.client.iter().map(digest).collect(),
+        }
+    }
 }
 
 impl Auth {
     /// Auth with `credentials`.
     pub fn new(credentials: Credentials) -> Self {
         Self {
+            known: Arc::new(KnownDigests::of(&credentials)),
             credentials: Arc::new(credentials),
         }
     }
@@ -197,23 +231,23 @@ impl Auth {
             .map(|token| format!("Bearer {token}"))
     }
 
-    /// Who presented `token`, if it is one of the configured credentials.
+    /// Who presented `token`, if it is one of the configured credentials. Every
+    /// configured token is compared, so the time taken does not say which one matched.
     fn caller_of(&self, token: &[u8]) -> Option<Caller> {
-        let matches = |known: &Option<String>| {
-            known
-                .as_ref()
-                .is_some_and(|known| constant_time_eq(token, known.as_bytes()))
-        };
-        if matches(&self.credentials.admin) {
-            Some(Caller::Admin)
-        } else if matches(&self.credentials.peer) {
-            Some(Caller::Peer)
-        } else if self
-            .credentials
+        let presented = token_digest(token);
+        let matches = |known: &TokenDigest| bool::from(presented.ct_eq(known));
+        let admin = self.known.admin.as_ref().is_some_and(matches);
+        let peer = self.known.peer.as_ref().is_some_and(matches);
+        let client = self
+            .known
             .client
             .iter()
-            .any(|known| constant_time_eq(token, known.as_bytes()))
-        {
+            .fold(false, |found, known| matches(known) | found);
+        if admin {
+            Some(Caller::Admin)
+        } else if peer {
+            Some(Caller::Peer)
+        } else if client {
             Some(Caller::Client)
         } else {
             None
@@ -329,14 +363,6 @@ fn basic_password(encoded: &str) -> Option<Vec<u8>> {
     Some(decoded[colon + 1..].to_vec())
 }
 
-/// Compares without an early exit, so timing does not reveal the matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +453,26 @@ mod tests {
         assert_eq!(caller("peer-token").unwrap(), Caller::Peer);
         assert!(caller("guess").is_err());
         assert!(auth.identify(&MetadataMap::new()).is_err());
+    }
+
+    #[test]
+    fn a_token_matches_only_whole_whatever_its_length() {
+        let auth = three_credentials();
+        let caller = |token: &str| auth.identify(&with_header(&format!("Bearer {token}")));
+        // Prefixes, extensions and same-length near misses of configured tokens.
+        for near in [
+            "admin-toke",
+            "admin-token-",
+            "admin-tokem",
+            "peer-tokens",
+            "client-ol",
+            "x",
+        ] {
+            assert!(caller(near).is_err(), "{near:?} was accepted");
+        }
+        // Compared by digest: one configured token's digest is every other's length.
+        assert_eq!(token_digest(b"a").len(), token_digest(&[7u8; 4096]).len());
+        assert_ne!(token_digest(b"admin-token"), token_digest(b"admin-toke"));
     }
 
     #[test]
