@@ -152,6 +152,11 @@ fn every_rule_sits_on_its_field_with_its_message() {
         ),
         ("spec.pools", rules::POOLS_UNIQUE, rules::POOLS_UNIQUE_MSG),
         (
+            "spec.pools",
+            rules::POOL_OBJECTS_DISTINCT,
+            rules::POOL_OBJECTS_DISTINCT_MSG,
+        ),
+        (
             "spec.pools[]",
             rules::REPLICAS_LE_SHARDS,
             rules::REPLICAS_LE_SHARDS_MSG,

@@ -93,11 +93,13 @@ pub struct CacheClusterSpec {
     /// Pools of cache nodes. Each pool is one StatefulSet `<cluster>-<pool>` whose nodes
     /// share one configuration, and one client Service with the same name. Pools are
     /// keyed by name (server-side apply merges them by name). Between 1 and 16 pools;
-    /// names must be unique. Adding a pool creates its nodes; removing one deletes
+    /// names must be unique, and none may be another's followed by `-nodes` (pool P's
+    /// headless Service is `<cluster>-P-nodes`). Adding a pool creates its nodes; removing one deletes
     /// its nodes and the entries they hold.
     #[x_kube(
         validation = Rule::new(rules::POOLS_NOT_EMPTY).message(rules::POOLS_NOT_EMPTY_MSG),
         validation = Rule::new(rules::POOLS_UNIQUE).message(rules::POOLS_UNIQUE_MSG),
+        validation = Rule::new(rules::POOL_OBJECTS_DISTINCT).message(rules::POOL_OBJECTS_DISTINCT_MSG),
         merge_strategy = ListMerge::Map(vec!["name".into()])
     )]
     #[schemars(length(max = 16))]

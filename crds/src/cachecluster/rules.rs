@@ -79,6 +79,11 @@ pub const POOLS_UNIQUE: &str = "self.all(p, self.exists_one(q, q.name == p.name)
 /// Message of [`POOLS_UNIQUE`].
 pub const POOLS_UNIQUE_MSG: &str = "spec.pools[].name must be unique within the cluster";
 
+/// No pool is named after another's headless Service (`<pool>-nodes`).
+pub const POOL_OBJECTS_DISTINCT: &str = "self.all(p, !self.exists(q, p.name == q.name + '-nodes'))";
+/// Message of [`POOL_OBJECTS_DISTINCT`].
+pub const POOL_OBJECTS_DISTINCT_MSG: &str = "spec.pools[].name must not be another pool's name followed by '-nodes': pool P's headless Service <cluster>-P-nodes would be pool P-nodes's client Service (rename one of the two)";
+
 /// The pool name is a DNS label.
 pub const POOL_NAME: &str = "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
 /// Message of [`POOL_NAME`].

@@ -115,6 +115,13 @@ pub fn validate_spec(cluster_name: &str, spec: &CacheClusterSpec) -> Result<(), 
     {
         errors.push("spec.pools", rules::POOLS_UNIQUE_MSG);
     }
+    if spec.pools.iter().any(|pool| {
+        spec.pools
+            .iter()
+            .any(|other| pool.name == format!("{}-nodes", other.name))
+    }) {
+        errors.push("spec.pools", rules::POOL_OBJECTS_DISTINCT_MSG);
+    }
     for (index, pool) in spec.pools.iter().enumerate() {
         validate_pool(&format!("spec.pools[{index}]"), pool, &mut errors);
     }

@@ -236,6 +236,22 @@ fn pools_must_exist_be_unique_and_be_dns_labels() {
         one_error("c", &spec(vec![PoolSpec::new("a"), PoolSpec::new("a")])),
         ("spec.pools".to_owned(), rules::POOLS_UNIQUE_MSG)
     );
+    // Pool `a`'s headless Service `<cluster>-a-nodes` is pool `a-nodes`'s client Service.
+    assert_eq!(
+        one_error(
+            "c",
+            &spec(vec![PoolSpec::new("a-nodes"), PoolSpec::new("a")])
+        ),
+        ("spec.pools".to_owned(), rules::POOL_OBJECTS_DISTINCT_MSG)
+    );
+    assert_eq!(
+        validate_spec(
+            "c",
+            &spec(vec![PoolSpec::new("nodes"), PoolSpec::new("a-nodes-b")])
+        ),
+        Ok(()),
+        "only a whole pool name followed by -nodes collides"
+    );
     let many = (0..17).map(|i| PoolSpec::new(format!("p{i}"))).collect();
     assert_eq!(
         one_error("c", &spec(many)),
