@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -94,7 +95,15 @@ pub async fn apply_all(client: &Client, namespace: &str, desired: &[DesiredPool]
             Some(policy) => {
                 apply(client, namespace, policy).await?;
             }
-            None => delete_network_policy(client, namespace, &pool.statefulset.name_any()).await?,
+            None => {
+                delete_network_policy(
+                    client,
+                    namespace,
+                    &pool.statefulset.name_any(),
+                    pool.statefulset.owner_references(),
+                )
+                .await?;
+            }
         }
         apply(client, namespace, &pool.statefulset).await?;
         tracing::debug!(pool = %pool.pool, "applied the pool's objects");
@@ -113,6 +122,7 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let name = object.name_any();
+    refuse_if_not_ours(&api, kind_of::<K>(), object.owner_references(), &name).await?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&name, &params, &Patch::Apply(object))
         .await
@@ -121,6 +131,58 @@ where
             name,
             source,
         })
+}
+
+/// Fails with [`Error::NotOurs`] when `name` exists and none of its owners is one of
+/// `ours` (the CacheCluster the object is built for): the apply is forced (one field
+/// manager), so without this check a cluster whose object names collide with another's
+/// would take that cluster's objects over. One metadata GET per object.
+///
+/// # Errors
+/// [`Error::NotOurs`], or [`Error::Apply`] when the object cannot be read.
+async fn refuse_if_not_ours<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    ours: &[OwnerReference],
+    name: &str,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let existing = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(|source| Error::Apply {
+            kind,
+            name: name.to_owned(),
+            source,
+        })?;
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    match not_ours(existing.owner_references(), ours) {
+        None => Ok(()),
+        Some(owner) => Err(Error::NotOurs {
+            kind,
+            name: name.to_owned(),
+            owner,
+        }),
+    }
+}
+
+/// Who owns an object whose owners are `theirs`, when none of them is one of `ours`.
+fn not_ours(theirs: &[OwnerReference], ours: &[OwnerReference]) -> Option<String> {
+    if theirs.iter().any(|t| ours.iter().any(|o| o.uid == t.uid)) {
+        return None;
+    }
+    let controller = theirs
+        .iter()
+        .find(|t| t.controller == Some(true))
+        .or(theirs.first());
+    Some(match controller {
+        Some(owner) => format!("{} {} (uid {})", owner.kind, owner.name, owner.uid),
+        None => "no controller (created by someone else)".to_owned(),
+    })
 }
 
 /// What became of the cluster's ServiceMonitor.
@@ -167,6 +229,18 @@ pub async fn reconcile_service_monitor(
             }),
         };
     }
+    // Another's ServiceMonitor of that name (or one that cannot be read) is left alone.
+    if refuse_if_not_ours(
+        &api,
+        "ServiceMonitor",
+        std::slice::from_ref(&cluster.owner),
+        &name,
+    )
+    .await
+    .is_err()
+    {
+        return Ok(ServiceMonitorOutcome::Absent);
+    }
     match api.delete(&name, &DeleteParams::background()).await {
         Ok(_) => Ok(ServiceMonitorOutcome::Absent),
         // No such object, or no such resource in this cluster.
@@ -180,9 +254,20 @@ pub async fn reconcile_service_monitor(
 }
 
 /// Deletes the pool's NetworkPolicy (named like its StatefulSet) when the spec turns them
-/// off; absent is fine.
-async fn delete_network_policy(client: &Client, namespace: &str, name: &str) -> Result<()> {
+/// off; absent is fine, and one that is not this cluster's (`ours`) is left alone.
+async fn delete_network_policy(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    ours: &[OwnerReference],
+) -> Result<()> {
     let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    if refuse_if_not_ours(&api, "NetworkPolicy", ours, name)
+        .await
+        .is_err()
+    {
+        return Ok(());
+    }
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
@@ -272,5 +357,44 @@ where
         "StatefulSet" => "StatefulSet",
         "Pod" => "Pod",
         _ => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(kind: &str, name: &str, uid: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            api_version: "flightcache.dev/v1alpha1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    #[test]
+    fn an_object_is_ours_only_when_one_of_its_owners_is_this_cluster() {
+        let ours = [owner("CacheCluster", "a", "uid-a", true)];
+        assert_eq!(not_ours(&ours, &ours), None);
+        // Another cluster's, named like it: the controller is named.
+        let theirs = [
+            owner("Deployment", "x", "uid-x", false),
+            owner("CacheCluster", "a-b", "uid-ab", true),
+        ];
+        assert_eq!(
+            not_ours(&theirs, &ours).as_deref(),
+            Some("CacheCluster a-b (uid uid-ab)")
+        );
+        // The same name, recreated: another uid is another cluster.
+        let earlier = [owner("CacheCluster", "a", "uid-old", true)];
+        assert!(not_ours(&earlier, &ours).is_some());
+        // Someone's own object, with no owner at all.
+        assert_eq!(
+            not_ours(&[], &ours).as_deref(),
+            Some("no controller (created by someone else)")
+        );
     }
 }

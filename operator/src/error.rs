@@ -78,6 +78,20 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// An object the cluster would write already exists and is not its own: another
+    /// CacheCluster's (their names collide: cluster `a-b` pool `c` and cluster `a` pool
+    /// `b-c` both make `a-b-c`) or someone else's. It is left as it is.
+    #[error(
+        "{kind} {name} exists and belongs to {owner}, not to this CacheCluster: it is left as it is (object names are <cluster>-<pool>; rename this cluster or pool, or delete that object if it is stale)"
+    )]
+    NotOurs {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+        /// Its controller (`CacheCluster a (uid …)`), or that it has none.
+        owner: String,
+    },
     /// Deleting a child we no longer want failed.
     #[error("failed to delete {kind} {name}")]
     Delete {
@@ -128,7 +142,7 @@ impl Error {
         match self {
             Self::InvalidSpec(_) => "invalid_spec",
             Self::Observe { .. } => "observe",
-            Self::Apply { .. } => "apply",
+            Self::Apply { .. } | Self::NotOurs { .. } => "apply",
             Self::Delete { .. } => "delete",
             Self::Rollout { .. } => "rollout",
             Self::Secret { .. } => "secret",

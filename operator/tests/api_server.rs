@@ -1022,3 +1022,60 @@ async fn a_pod_on_a_lost_node_is_marked_not_ready_then_force_deleted() {
     delete_stale_node(&client, &alive).await;
     ns.delete().await;
 }
+
+/// Two CacheClusters whose object names collide (cluster `a-b` pool `c`, cluster `a` pool
+/// `b-c`: both `a-b-c`): the second is Degraded with a message naming the object and its
+/// owner, and the first's objects are left as they were (the apply is forced, so without
+/// the ownership check the second would have taken them over).
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_cluster_whose_object_names_collide_with_anothers_is_degraded_and_takes_nothing_over() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-collide").await;
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    for (cluster, pool) in [("a-b", "c"), ("a", "b-c")] {
+        let spec = CacheClusterSpec::with_pools(vec![PoolSpec::new(pool)]);
+        api.create(&PostParams::default(), &CacheCluster::new(cluster, spec))
+            .await
+            .unwrap();
+    }
+    let first = Arc::new(api.get("a-b").await.unwrap());
+    reconcile(Arc::clone(&first), context(&client))
+        .await
+        .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let before = (
+        configmaps.get("a-b-c").await.unwrap(),
+        services.get("a-b-c").await.unwrap(),
+    );
+
+    let err = reconcile(Arc::new(api.get("a").await.unwrap()), context(&client))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "apply", "{err}");
+    let second = api.get("a").await.unwrap();
+    let (status, reason, message) = degraded(&second);
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "ApplyFailed"));
+    assert!(
+        message.contains("ConfigMap a-b-c exists and belongs to CacheCluster a-b (uid "),
+        "{message}"
+    );
+    let after = (
+        configmaps.get("a-b-c").await.unwrap(),
+        services.get("a-b-c").await.unwrap(),
+    );
+    assert_eq!(after.0.resource_version(), before.0.resource_version());
+    assert_eq!(after.1.resource_version(), before.1.resource_version());
+    assert_eq!(
+        after.0.owner_references()[0].uid,
+        first.uid().unwrap(),
+        "still the first cluster's"
+    );
+    // The first cluster goes on reconciling its own objects.
+    reconcile(Arc::new(api.get("a-b").await.unwrap()), context(&client))
+        .await
+        .unwrap();
+    ns.delete().await;
+}
