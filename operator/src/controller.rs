@@ -156,8 +156,15 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     ctx.still_leading()?;
     let namespace = cc.namespace().unwrap_or_default();
     let name = cc.name_any();
-    let observed =
-        observe::observe(&ctx.client, &namespace, &name, &ctx.node_read_warnings).await?;
+    let owner_uid = cc.metadata.uid.clone().unwrap_or_default();
+    let observed = observe::observe(
+        &ctx.client,
+        &namespace,
+        &name,
+        &owner_uid,
+        &ctx.node_read_warnings,
+    )
+    .await?;
     let cluster = match validate::validate(&cc, &ctx.defaults) {
         Ok(cluster) => cluster,
         Err(invalid) => {

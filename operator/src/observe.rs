@@ -118,8 +118,11 @@ impl Observed {
     }
 }
 
-/// Lists the StatefulSets, pods and ConfigMaps of the cluster named `cluster` in
-/// `namespace`, and reads the zone and health of the Nodes its pods run on.
+/// Lists the StatefulSets, pods and ConfigMaps of the cluster named `cluster` (uid
+/// `owner_uid`) in `namespace`, and reads the zone and health of the Nodes its pods run on.
+/// Labels alone do not make an object the cluster's (anyone who may create a pod in the
+/// namespace may label it so, and the operator sends each node pod its admin token): only
+/// what [`owned_children`] keeps is observed.
 ///
 /// # Errors
 /// [`Error::Observe`] when a list call fails (reading Nodes never fails the pass).
@@ -127,6 +130,7 @@ pub async fn observe(
     client: &Client,
     namespace: &str,
     cluster: &str,
+    owner_uid: &str,
     warnings: &NodeReadWarnings,
 ) -> Result<Observed> {
     let selector = names::selector_string(&names::cluster_selector(cluster));
@@ -134,6 +138,8 @@ pub async fn observe(
     let statefulsets = list::<StatefulSet>(client, namespace, cluster, &params).await?;
     let pods = list::<Pod>(client, namespace, cluster, &params).await?;
     let configmaps = list::<ConfigMap>(client, namespace, cluster, &params).await?;
+    let (statefulsets, pods, configmaps) =
+        owned_children(owner_uid, statefulsets, pods, configmaps);
     let (node_zones, node_health) = observe_nodes(client, &pods, warnings).await;
     Ok(Observed {
         statefulsets,
@@ -142,6 +148,43 @@ pub async fn observe(
         node_zones,
         node_health,
     })
+}
+
+/// Of the labelled objects, the cluster's own: the StatefulSets and ConfigMaps the
+/// CacheCluster `owner_uid` owns, and the pods one of those StatefulSets controls.
+fn owned_children(
+    owner_uid: &str,
+    statefulsets: Vec<StatefulSet>,
+    pods: Vec<Pod>,
+    configmaps: Vec<ConfigMap>,
+) -> (Vec<StatefulSet>, Vec<Pod>, Vec<ConfigMap>) {
+    let owned_by = |owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+                    uid: &str,
+                    kind: &str| {
+        owners
+            .iter()
+            .any(|o| o.uid == uid && o.kind == kind && o.controller == Some(true))
+    };
+    let statefulsets: Vec<StatefulSet> = statefulsets
+        .into_iter()
+        .filter(|sts| owned_by(sts.owner_references(), owner_uid, "CacheCluster"))
+        .collect();
+    let pods = pods
+        .into_iter()
+        .filter(|pod| {
+            statefulsets.iter().any(|sts| {
+                sts.metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| owned_by(pod.owner_references(), uid, "StatefulSet"))
+            })
+        })
+        .collect();
+    let configmaps = configmaps
+        .into_iter()
+        .filter(|cm| owned_by(cm.owner_references(), owner_uid, "CacheCluster"))
+        .collect();
+    (statefulsets, pods, configmaps)
 }
 
 /// The zone label and the health of each Node `pods` run on: one `get` of the Node and
@@ -382,4 +425,93 @@ where
             cluster: cluster.to_owned(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    fn meta(name: &str, uid: &str, owner: Option<(&str, &str)>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            owner_references: owner.map(|(kind, uid)| {
+                vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: kind.into(),
+                    name: "owner".into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn sts(name: &str, uid: &str, owner: Option<(&str, &str)>) -> StatefulSet {
+        StatefulSet {
+            metadata: meta(name, uid, owner),
+            ..StatefulSet::default()
+        }
+    }
+
+    fn pod(name: &str, owner: Option<(&str, &str)>) -> Pod {
+        Pod {
+            metadata: meta(name, &format!("uid-{name}"), owner),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn labels_alone_do_not_make_a_pod_or_statefulset_the_clusters() {
+        let names = |pods: &[Pod]| pods.iter().map(ResourceExt::name_any).collect::<Vec<_>>();
+        let (statefulsets, pods, configmaps) = owned_children(
+            "cc-uid",
+            vec![
+                sts("demo-hot", "sts-uid", Some(("CacheCluster", "cc-uid"))),
+                // Labelled like the cluster's, but someone else's.
+                sts("demo-fake", "fake-sts-uid", None),
+                sts(
+                    "demo-other",
+                    "other-sts-uid",
+                    Some(("CacheCluster", "other-cc")),
+                ),
+            ],
+            vec![
+                pod("demo-hot-0", Some(("StatefulSet", "sts-uid"))),
+                // A pod someone labelled as a node: it would be sent the admin token.
+                pod("impostor", None),
+                pod("demo-fake-0", Some(("StatefulSet", "fake-sts-uid"))),
+                pod("demo-other-0", Some(("StatefulSet", "other-sts-uid"))),
+            ],
+            vec![
+                ConfigMap {
+                    metadata: meta("demo-hot", "cm-uid", Some(("CacheCluster", "cc-uid"))),
+                    ..ConfigMap::default()
+                },
+                ConfigMap {
+                    metadata: meta("demo-forged", "cm2-uid", None),
+                    ..ConfigMap::default()
+                },
+            ],
+        );
+        assert_eq!(
+            statefulsets
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>(),
+            ["demo-hot"]
+        );
+        assert_eq!(names(&pods), ["demo-hot-0"]);
+        assert_eq!(
+            configmaps
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>(),
+            ["demo-hot"]
+        );
+    }
 }
