@@ -80,6 +80,23 @@ pub enum Error {
          the key's next holder"
     )]
     Stopping,
+    /// A handover (rebalance or exit handoff) from a peer that routes by an older ring
+    /// than this node: it chose where its entries go by a ring that has moved on, and
+    /// what it holds may predate changes made since (the old process of a pod already
+    /// replaced, thawed or back from a partition). Refused; the sender keeps the entry.
+    #[error(
+        "{from} handed this entry over by ring version {theirs}, this node routes by \
+         {ours}: a handover by an outdated ring is refused (its entries may predate \
+         changes made since)"
+    )]
+    HandoffByOutdatedRing {
+        /// The sender's member id.
+        from: String,
+        /// The ring version it routed by.
+        theirs: u64,
+        /// This node's.
+        ours: u64,
+    },
     /// An invalidation matching the key arrived while the put was in flight.
     #[error("{key} was invalidated while this put was in flight; the put was discarded, retry it")]
     InvalidatedDuringPut {
@@ -204,9 +221,9 @@ impl Error {
             | Self::MissWithLease { .. } => Code::NotFound,
             Self::EntryTooLarge { .. } | Self::OverBudget { .. } => Code::ResourceExhausted,
             Self::InvalidatedDuringPut { .. } => Code::Aborted,
-            Self::StaleGeneration { .. } | Self::Routing(RoutingError::StaleTopology { .. }) => {
-                Code::FailedPrecondition
-            }
+            Self::StaleGeneration { .. }
+            | Self::Routing(RoutingError::StaleTopology { .. })
+            | Self::HandoffByOutdatedRing { .. } => Code::FailedPrecondition,
             Self::Routing(RoutingError::NoOwner { .. } | RoutingError::RingDisagreement { .. })
             | Self::OwnerUnreachable { .. }
             | Self::Stopping => Code::Unavailable,

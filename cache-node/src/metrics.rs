@@ -183,6 +183,8 @@ pub struct Metrics {
     pub migrated_in_entries: Counter,
     /// Bytes (entry weights) received from another node's `rebalance`.
     pub migrated_in_bytes: Counter,
+    /// Handovers refused because the sender routed by an older ring than this node.
+    pub outdated_handoffs_refused: Counter,
     /// The disk tier's instruments (zero without `--data-dir`).
     pub disk: DiskMetrics,
 }
@@ -355,6 +357,12 @@ impl Metrics {
             Unit::Bytes,
             migrated_in_bytes.clone(),
         );
+        let outdated_handoffs_refused = Counter::default();
+        registry.register(
+            "outdated_handoffs_refused",
+            "Handovers (rebalance, exit handoff) refused because the sender routed by an older ring than this node",
+            outdated_handoffs_refused.clone(),
+        );
         let disk = DiskMetrics::default();
         register_disk(&mut registry, &disk);
         Self {
@@ -384,6 +392,7 @@ impl Metrics {
             migrated_out_bytes,
             migrated_in_entries,
             migrated_in_bytes,
+            outdated_handoffs_refused,
         }
     }
 

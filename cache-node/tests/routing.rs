@@ -1138,3 +1138,44 @@ async fn a_pool_listing_answers_at_most_the_cap_the_pools_first_keys_first() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_exit_handoff_by_an_outdated_ring_is_refused_and_the_peers_store_nothing() {
+    let cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let keys = cluster.put_keys_owned_by(2, "outdated", 6, 2, 10).await;
+    // n-2 hung; meanwhile the ring moved on without it (n-0 and n-1 route by v2): its pod
+    // was replaced, and its keys may have been changed or invalidated since.
+    let body = serde_json::json!({ "topology": cluster.topology(2, &[]) }).to_string();
+    for i in 0..2 {
+        action(
+            &mut cluster.admin(cluster.node(i)).await,
+            "configure",
+            body.as_bytes(),
+        )
+        .await
+        .unwrap();
+    }
+    // Thawed, its old process gets the kubelet's SIGTERM: its exit handoff, by ring v1,
+    // is refused, so nothing it held comes back onto its peers.
+    let handoff = cluster.node(2).begin_stopping().await;
+    assert_eq!(
+        (handoff.sent, handoff.failed),
+        (0, keys.len() as u64),
+        "{handoff:?}"
+    );
+    for key in &keys {
+        let (_, next) = two_owners(&ring, key);
+        assert!(!holds(cluster.node(next), key), "{key} landed on n-{next}");
+    }
+    let refused: u64 = {
+        let mut total = 0;
+        for i in 0..2 {
+            let metrics = scrape(cluster.node(i).metrics_addr).await;
+            total += metric_value(&metrics, "flightcache_node_outdated_handoffs_refused_total");
+        }
+        total
+    };
+    assert!(refused > 0, "the refusals are counted");
+    cluster.shutdown().await;
+}

@@ -153,6 +153,28 @@ impl Cluster {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Refuses a handover from a peer that routed by an older ring than this node's
+    /// ([`Error::HandoffByOutdatedRing`]).
+    ///
+    /// # Errors
+    /// As above; a handover without a sender is not a peer's and is let through (the
+    /// auth layer keeps the internal headers to peers).
+    pub fn refuse_outdated_handoff(&self, metadata: &MetadataMap) -> Result<()> {
+        let Some(sender) = forward::forwarded_by(metadata) else {
+            return Ok(());
+        };
+        let ours = self.routing.version();
+        if sender.ring_version < ours {
+            self.metrics.outdated_handoffs_refused.inc();
+            return Err(Error::HandoffByOutdatedRing {
+                from: sender.member,
+                theirs: sender.ring_version,
+                ours,
+            });
+        }
+        Ok(())
+    }
+
     /// Whether the node has begun to stop.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(std::sync::atomic::Ordering::Relaxed)

@@ -581,6 +581,9 @@ impl FlightService for FlightCacheService {
             // A copy (replica write, handover) is stored here, never forwarded again.
             let copy = forward::write_kind(&metadata);
             let stopping = self.cluster.is_stopping();
+            if forward::is_migration_batch(&metadata) || copy == Some(WriteKind::Migration) {
+                self.cluster.refuse_outdated_handoff(&metadata)?;
+            }
             if forward::is_migration_batch(&metadata) {
                 if stopping {
                     return Err(Error::Stopping);
