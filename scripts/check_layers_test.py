@@ -188,9 +188,25 @@ class RealTree(unittest.TestCase):
         self.assertIn("store/weight imports `tonic::Status`, forbidden", problems)
 
     def test_an_operator_builder_importing_apply_fails(self):
-        self.plant("operator/src/build/names.rs", "use crate::apply::FIELD_MANAGER;")
+        self.plant("operator/src/build/names.rs", "use crate::apply::apply_cluster;")
         problems = "\n".join(self.cl.check(self.dir))
         self.assertRegex(problems, r"arrow up: build/names \(floor 1\) imports apply \(floor \d+\)")
+
+    def test_the_planner_importing_the_node_client_fails(self):
+        self.plant("operator/src/plan.rs", "use crate::nodes::NodeAdmin;")
+        problems = "\n".join(self.cl.check(self.dir))
+        self.assertIn("plan imports crate::nodes (`crate::nodes::NodeAdmin`), forbidden", problems)
+
+    def test_execute_importing_the_controller_again_is_a_circle(self):
+        self.plant("operator/src/execute.rs", "use crate::controller::reconcile;")
+        problems = "\n".join(self.cl.check(self.dir))
+        self.assertIn("circle in operator/src/lib.rs", problems)
+        self.assertRegex(problems, r"arrow up: execute \(floor \d+\) imports controller")
+
+    def test_the_crd_defaults_naming_a_crd_type_again_fails(self):
+        self.plant("crds/src/cachecluster/defaults.rs", "use super::pool::WhenUnsatisfiable;")
+        problems = "\n".join(self.cl.check(self.dir))
+        self.assertIn("circle in crds/src/lib.rs", problems)
 
 
 def load_tests_for(script: Path, repo: Path) -> unittest.TestSuite:

@@ -207,7 +207,7 @@ fn store(budget: u64, max_entry: u64) -> Store {
             max_entry_bytes: max_entry,
             ttl: Duration::from_secs(3600),
             ttl_mode: TtlMode::Sliding,
-            eviction: EvictionPolicy::TinyLfu,
+            eviction: EvictionPolicy::Tinylfu,
         },
         Arc::new(SystemClock::new()),
     )

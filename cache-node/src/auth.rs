@@ -325,7 +325,9 @@ impl Auth {
     /// # Errors
     /// [`Error::Unauthenticated`] when clients need a token and no credential matches.
     pub fn handshake(&self, metadata: &MetadataMap, payload: &[u8]) -> Result<Option<String>> {
-        let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
+        let header = metadata
+            .get(crate::headers::AUTHORIZATION_HEADER)
+            .and_then(|v| v.to_str().ok());
         let presented: Option<Vec<u8>> = match header {
             Some(value) => match (value.strip_prefix("Basic "), value.strip_prefix("Bearer ")) {
                 (Some(encoded), _) => basic_password(encoded),
@@ -350,7 +352,7 @@ impl Auth {
 
 fn bearer(metadata: &MetadataMap) -> Option<&str> {
     metadata
-        .get("authorization")
+        .get(crate::headers::AUTHORIZATION_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
 }

@@ -494,7 +494,10 @@ impl RingClient {
         let mut client = FlightClient::new(channel);
         if let Some(token) = &self.token {
             client
-                .add_header("authorization", &format!("Bearer {token}"))
+                .add_header(
+                    crate::headers::AUTHORIZATION_HEADER,
+                    &format!("Bearer {token}"),
+                )
                 .map_err(|source| ClientError::Flight {
                     address: address.to_owned(),
                     source,

@@ -22,7 +22,7 @@ use crds::node_config::{
 };
 use crds::quantity::{format_bytes, parse_bytes, parse_duration};
 
-use crate::store::{self, StoreConfig};
+use crate::store::StoreConfig;
 
 /// Default Flight listen address: loopback, so a first run exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -535,12 +535,10 @@ impl Config {
             ttl: ttl
                 .or(file.ttl_duration().map_err(file_err)?)
                 .unwrap_or(DEFAULT_TTL),
-            ttl_mode: store_ttl_mode(ttl_mode.or(file.ttl_mode).unwrap_or(TtlMode::Absolute)),
-            eviction: store_eviction(
-                eviction
-                    .or(file.eviction)
-                    .unwrap_or(EvictionPolicy::Tinylfu),
-            ),
+            ttl_mode: ttl_mode.or(file.ttl_mode).unwrap_or(TtlMode::Absolute),
+            eviction: eviction
+                .or(file.eviction)
+                .unwrap_or(EvictionPolicy::Tinylfu),
         };
         validate_store(&store)?;
         // A flag wins over the config file's field.
@@ -773,22 +771,6 @@ pub fn validate_store(store: &StoreConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The store's TTL mode for the contract's.
-pub fn store_ttl_mode(mode: TtlMode) -> store::TtlMode {
-    match mode {
-        TtlMode::Absolute => store::TtlMode::Absolute,
-        TtlMode::Sliding => store::TtlMode::Sliding,
-    }
-}
-
-/// The store's eviction policy for the contract's.
-pub fn store_eviction(policy: EvictionPolicy) -> store::EvictionPolicy {
-    match policy {
-        EvictionPolicy::Lru => store::EvictionPolicy::Lru,
-        EvictionPolicy::Tinylfu => store::EvictionPolicy::TinyLfu,
-    }
-}
-
 fn pick_addr(
     field: &'static str,
     flag: Option<SocketAddr>,
@@ -933,8 +915,8 @@ mod tests {
         .unwrap();
         assert_eq!(config.store.budget_bytes, 512 << 20);
         assert_eq!(config.store.ttl, Duration::from_secs(900));
-        assert_eq!(config.store.ttl_mode, store::TtlMode::Sliding);
-        assert_eq!(config.store.eviction, store::EvictionPolicy::Lru);
+        assert_eq!(config.store.ttl_mode, TtlMode::Sliding);
+        assert_eq!(config.store.eviction, EvictionPolicy::Lru);
         let err = cli(&["--memory-budget", "lots"]).unwrap_err().to_string();
         assert!(
             err.contains("--memory-budget") && err.contains("not a byte size"),

@@ -6,6 +6,10 @@
 //!
 //! Owns: header-name constants only; no logic, no I/O. Imports nothing of the crate.
 
+/// The standard header carrying a caller's credential (`Bearer <token>`), read by the auth
+/// layer and set on calls to peers.
+pub const AUTHORIZATION_HEADER: &str = "authorization";
+
 /// The prefix of the headers nodes send each other (forwarding, ring version, copies and
 /// their lifetimes); honoured only from peers.
 pub const INTERNAL_HEADER_PREFIX: &str = "x-flightcache-";
@@ -27,6 +31,8 @@ pub const IDLE_HEADER: &str = "x-flightcache-entry-idle-ms";
 pub const REMAINING_HEADER: &str = "x-flightcache-entry-remaining-ms";
 /// See [`AGE_HEADER`].
 pub const TTL_HEADER: &str = "x-flightcache-entry-ttl-ms";
+/// Handover header: the entry's tags as a JSON list of strings (absent when it has none).
+pub const TAGS_HEADER: &str = "x-flightcache-entry-tags";
 
 /// Header on a node's UNAVAILABLE answer once it has begun to stop
 /// ([`crate::error::Error::Stopping`]): the sender keeps its entry, and calls the peer's

@@ -48,6 +48,7 @@ pub mod routing;
 pub mod server;
 pub mod store;
 pub mod streams;
+pub mod tags;
 pub mod telemetry;
 pub mod ticket;
 pub mod wire;

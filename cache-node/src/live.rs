@@ -21,7 +21,7 @@ use serde::Serialize;
 use crds::node_config::{LocationMode, NodeConfig, NodeDocument};
 use crds::quantity::format_bytes;
 
-use crate::config::{store_eviction, store_ttl_mode, validate_store};
+use crate::config::validate_store;
 use crate::error::{Error, Result};
 use crate::routing::members::{Installed, RoutingTable};
 use crate::routing::ring::MemberState;
@@ -152,10 +152,10 @@ impl LiveConfig {
             next.ttl = ttl;
         }
         if let Some(mode) = doc.ttl_mode {
-            next.ttl_mode = store_ttl_mode(mode);
+            next.ttl_mode = mode;
         }
         if let Some(policy) = doc.eviction {
-            next.eviction = store_eviction(policy);
+            next.eviction = policy;
         }
         validate_store(&next).map_err(|e| rejected(&e))?;
         let outcome = store.reconfigure(next.clone()).map_err(|e| rejected(&e))?;

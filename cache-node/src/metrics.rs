@@ -78,6 +78,37 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// Labels of `invalidations_total` and `invalidated_entries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// What an invalidation named (`invalidations_total{kind}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidationKind {
+    /// `invalidate`: one key.
+    Key,
+    /// `invalidate-prefix`.
+    Prefix,
+    /// `invalidate-tag`.
+    Tag,
+    /// `clear`.
+    Clear,
+}
+
+impl InvalidationKind {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Key => "key",
+            Self::Prefix => "prefix",
+            Self::Tag => "tag",
+            Self::Clear => "clear",
+        }
+    }
+}
+
 /// Why a call to a peer failed (`peer_errors_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerError {
@@ -145,6 +176,8 @@ pub struct Metrics {
     forwarded: Family<ForwardedLabels, Counter>,
     peer_errors: Family<PeerErrorLabels, Counter>,
     rebalances: Family<ResultLabels, Counter>,
+    invalidations: Family<KindLabels, Counter>,
+    invalidated_entries: Family<KindLabels, Counter>,
     /// 1 while this node runs a `rebalance`, else 0.
     pub rebalance_in_progress: Gauge,
     /// Entries the running `rebalance` still has to hand over.
@@ -166,6 +199,8 @@ pub struct Metrics {
     pub coalesced_reads: Counter,
     /// Connections closed on accept because `max_connections` were open.
     pub connections_refused: Counter,
+    /// Metrics-port connections closed on accept because its limit were open.
+    pub metrics_connections_refused: Counter,
     /// Local-hit answers whose reader took no frame for `--max-read-stall`: their frames
     /// were let go.
     pub stalled_reads: Counter,
@@ -239,6 +274,20 @@ impl Metrics {
             "Failed calls to a peer, by peer and reason (unreachable, timeout, broken, refused)",
             peer_errors.clone(),
         );
+        let invalidations = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "invalidations",
+            "Invalidations clients asked of this node (not the fan-out calls it made or got), \
+             by kind (key, prefix, tag, clear)",
+            invalidations.clone(),
+        );
+        let invalidated_entries = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "invalidated_entries",
+            "Entries those invalidations removed on every member of the pool, copies \
+             included, by kind",
+            invalidated_entries.clone(),
+        );
         let rebalances = Family::<ResultLabels, Counter>::default();
         registry.register(
             "rebalances",
@@ -306,6 +355,12 @@ impl Metrics {
             "connections_refused",
             "Flight connections closed on accept because the node's connection limit was reached",
             connections_refused.clone(),
+        );
+        let metrics_connections_refused = Counter::default();
+        registry.register(
+            "metrics_connections_refused",
+            "Metrics-port connections closed on accept because its connection limit was reached",
+            metrics_connections_refused.clone(),
         );
         let stalled_reads = Counter::default();
         registry.register(
@@ -375,6 +430,8 @@ impl Metrics {
             forwarded,
             peer_errors,
             rebalances,
+            invalidations,
+            invalidated_entries,
             rebalance_in_progress,
             rebalance_pending_entries,
             replica_write_failures,
@@ -384,6 +441,7 @@ impl Metrics {
             fallback_writes,
             coalesced_reads,
             connections_refused,
+            metrics_connections_refused,
             stalled_reads,
             tls_handshake_failures,
             tls_reloads,
@@ -436,6 +494,18 @@ impl Metrics {
                 reason: reason.as_str(),
             })
             .inc();
+    }
+
+    /// Counts an invalidation a client asked of this node and the entries it removed
+    /// across the pool.
+    pub fn invalidated(&self, kind: InvalidationKind, removed: u64) {
+        let labels = KindLabels {
+            kind: kind.as_str(),
+        };
+        self.invalidations.get_or_create(&labels).inc();
+        self.invalidated_entries
+            .get_or_create(&labels)
+            .inc_by(removed);
     }
 
     /// Counts a finished rebalance.

@@ -21,16 +21,20 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::server::HealthReporter;
 
 use crate::auth::{Auth, AuthLayer};
 use crate::cluster::exit::{EXIT_SERVING_LIMIT, ExitHandoff, serving_at_most};
-use crate::cluster::peers::Peers;
-use crate::config::{Config, DEFAULT_RELOAD_DEADLINE, read_config_file};
+use crate::cluster::peers::{Peers, message_limit};
+use crate::config::{
+    Advertised, Config, DEFAULT_RELOAD_DEADLINE, Persistence, TlsFiles, read_config_file,
+};
 use crate::flight::FlightCacheService;
 use crate::live::LiveConfig;
 use crate::metrics::Metrics;
 use crate::metrics::collector::StoreCollector;
-use crate::persist::{DiskSettings, DiskTier};
+use crate::persist::{DiskSettings, DiskTier, ReloadReport};
 use crate::readiness;
 use crate::routing::members::RoutingTable;
 use crate::store::{Clock, Store, SystemClock};
@@ -38,6 +42,7 @@ use crate::wire::accept::BoundedIncoming;
 use crate::wire::intake::IntakeLayer;
 use crate::wire::limits::RequestLimitLayer;
 use crate::wire::relay::{DoGetRelay, RelayNode};
+use crate::wire::slow::SlowCallLog;
 use crate::wire::tls::{self, TlsError};
 use crds::chain;
 use crds::node_config::ClientAuth;
@@ -182,13 +187,53 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 
 /// The TLS state of a node whose Flight port serves TLS.
 struct ServedTls {
-    files: crate::config::TlsFiles,
+    files: TlsFiles,
     cert: Arc<tls::ReloadingCert>,
     clients: Option<Arc<tls::ReloadingClientVerifier>>,
     acceptor: tokio_rustls::TlsAcceptor,
     seen: tls::CertPem,
     ca: bytes::Bytes,
 }
+
+impl ServedTls {
+    /// The certificate and the CA, read now: a node that cannot serve what it was told
+    /// to does not start. A background task re-reads them ([`watch_tls`]).
+    fn load(files: TlsFiles) -> Result<Self, ServerError> {
+        let (certified, seen) = tls::load_certified_key(&files).map_err(ServerError::Tls)?;
+        let ca = tls::load_ca(&files.ca).map_err(ServerError::Tls)?;
+        let cert = Arc::new(tls::ReloadingCert::new(certified));
+        let clients = match files.client_auth {
+            ClientAuth::Required => Some(Arc::new(
+                tls::ReloadingClientVerifier::new(&ca, &files.ca).map_err(ServerError::Tls)?,
+            )),
+            ClientAuth::None => None,
+        };
+        let acceptor =
+            tls::acceptor(Arc::clone(&cert), clients.clone(), &files).map_err(ServerError::Tls)?;
+        Ok(Self {
+            files,
+            cert,
+            clients,
+            acceptor,
+            seen,
+            ca,
+        })
+    }
+}
+
+/// The parts of a node every layer shares: its ring, store, live config and metrics.
+struct Core {
+    routing: Arc<RoutingTable>,
+    store: Arc<Store>,
+    live: Arc<LiveConfig>,
+    metrics: Arc<Metrics>,
+}
+
+/// The Flight service with its layers, outermost first: the slow-call log, auth,
+/// request limits, the DoGet relay, the put intake.
+type LayeredFlight = SlowCallLog<
+    AuthLayer<RequestLimitLayer<DoGetRelay<IntakeLayer<FlightServiceServer<FlightCacheService>>>>>,
+>;
 
 /// Binds the listeners and starts every task of a node, its store reading time from
 /// `clock` (the system clock in production, a manual one in tests).
@@ -197,312 +242,401 @@ struct ServedTls {
 /// [`ServerError::Bind`] when an address is taken, [`ServerError::Store`] for a store
 /// configuration the store refuses.
 pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode, ServerError> {
-    let Config {
-        listen,
-        metrics_listen,
-        store: store_config,
-        generation,
-        config_file,
-        credentials,
-        tls,
-        shutdown_grace,
-        exit_handoff_budget,
-        member_id,
-        topology,
-        log_format: _,
-        location_mode,
-        max_connections,
-        max_call_duration,
-        max_read_stall,
-        http2_keepalive_interval,
-        http2_keepalive_timeout,
-        advertised,
-        persistence,
-    } = config;
-    let routing = Arc::new(RoutingTable::new(member_id, topology).map_err(ServerError::Topology)?);
-    let max_entry_bytes = store_config.max_entry_bytes;
-    let store = Arc::new(Store::new(store_config.clone(), clock).map_err(ServerError::Store)?);
-    let live = Arc::new(LiveConfig::new(generation, store_config, location_mode));
-    let metrics = Arc::new(Metrics::new(Box::new(StoreCollector::new(
-        Arc::clone(&store),
-        Arc::clone(&live),
-        Arc::clone(&routing),
-    ))));
-    let disk = match &persistence {
-        Some(persistence) => {
-            let settings = DiskSettings {
-                shards: persistence.shards,
-                read_debounce: persistence.read_debounce,
-                ..DiskSettings::new(persistence.data_dir.clone())
-            };
-            Some(
-                DiskTier::open(settings, (*store).clone(), metrics.disk.clone())
-                    .map_err(ServerError::Disk)?,
-            )
-        }
-        None => None,
+    let max_entry_bytes = config.store.max_entry_bytes;
+    let generation = config.generation;
+    let core = Core::assemble(&config, clock)?;
+    let disk = open_disk(config.persistence.as_ref(), &core)?;
+    let auth = auth_from(config.credentials);
+    let tls = config.tls.map(ServedTls::load).transpose()?;
+    let peers = peers_for(&core.metrics, &auth, tls.as_ref(), max_entry_bytes);
+    let service = FlightCacheService::new(
+        Arc::clone(&core.store),
+        Arc::clone(&core.live),
+        Arc::clone(&core.metrics),
+        auth.clone(),
+        Arc::clone(&core.routing),
+        peers.clone(),
+    );
+    let flight_service = layered(
+        &service,
+        &core,
+        &peers,
+        auth,
+        max_entry_bytes,
+        config.max_read_stall,
+    );
+
+    let (flight_listener, flight_addr) = bind(config.listen).await?;
+    let (metrics_listener, metrics_addr) = bind(config.metrics_listen).await?;
+    let (stop, stop_rx) = watch::channel(false);
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let reload = reload_from_disk(disk.as_ref(), config.persistence.as_ref());
+    let (ready_rx, readiness) =
+        report_readiness(&health_reporter, config.advertised, reload, stop_rx.clone()).await;
+    let flight = tokio::spawn(serve_flight(FlightServing {
+        listener: flight_listener,
+        acceptor: tls.as_ref().map(|tls| tls.acceptor.clone()),
+        settings: ConnectionSettings {
+            max_connections: config.max_connections,
+            max_call_duration: config.max_call_duration,
+            http2_keepalive_interval: config.http2_keepalive_interval,
+            http2_keepalive_timeout: config.http2_keepalive_timeout,
+            shutdown_grace: config.shutdown_grace,
+        },
+        health: (health_reporter, health_service),
+        flight_service,
+        stop: stop_rx.clone(),
+        metrics: Arc::clone(&core.metrics),
+    }));
+
+    let mut background: Vec<JoinHandle<()>> = readiness.into_iter().collect();
+    let metrics = Arc::clone(&core.metrics);
+    background.push(tokio::spawn(serve_metrics(
+        metrics_listener,
+        metrics,
+        ready_rx,
+        stop_rx,
+    )));
+    background.push(tokio::spawn(sweep_expired(Arc::clone(&core.store))));
+    let kept = crate::allocator::hold_kept_bytes(Arc::clone(&core.store));
+    background.push(tokio::spawn(kept));
+    if let Some(tls) = tls {
+        background.push(watch_tls(tls, &peers, &core.metrics));
+    }
+    if let Some(path) = config.config_file {
+        background.push(watch_config(path, &core).await);
+    }
+    tracing::info!(%flight_addr, %metrics_addr, generation, "flightcache node serving");
+    Ok(RunningNode {
+        flight_addr,
+        metrics_addr,
+        store: core.store,
+        disk,
+        service,
+        exit_handoff_budget: config.exit_handoff_budget,
+        stop,
+        flight,
+        background,
+    })
+}
+
+impl Core {
+    /// The ring, store, live config and metrics of `config`.
+    fn assemble(config: &Config, clock: Arc<dyn Clock>) -> Result<Self, ServerError> {
+        let topology = config.topology.clone();
+        let routing =
+            RoutingTable::new(config.member_id.clone(), topology).map_err(ServerError::Topology)?;
+        let routing = Arc::new(routing);
+        let store = Store::new(config.store.clone(), clock).map_err(ServerError::Store)?;
+        let store = Arc::new(store);
+        let live = LiveConfig::new(
+            config.generation,
+            config.store.clone(),
+            config.location_mode,
+        );
+        let live = Arc::new(live);
+        let metrics = Arc::new(Metrics::new(Box::new(StoreCollector::new(
+            Arc::clone(&store),
+            Arc::clone(&live),
+            Arc::clone(&routing),
+        ))));
+        Ok(Self {
+            routing,
+            store,
+            live,
+            metrics,
+        })
+    }
+}
+
+/// The disk tier over the store, with `--data-dir`.
+fn open_disk(
+    persistence: Option<&Persistence>,
+    core: &Core,
+) -> Result<Option<DiskTier>, ServerError> {
+    let Some(persistence) = persistence else {
+        return Ok(None);
     };
+    let settings = DiskSettings {
+        shards: persistence.shards,
+        read_debounce: persistence.read_debounce,
+        ..DiskSettings::new(persistence.data_dir.clone())
+    };
+    DiskTier::open(settings, (*core.store).clone(), core.metrics.disk.clone())
+        .map(Some)
+        .map_err(ServerError::Disk)
+}
+
+/// The node's credentials, with a warning when any client may run the admin actions.
+fn auth_from(credentials: crate::config::Credentials) -> Auth {
     if credentials.admin.is_none() {
         tracing::warn!(
             "no admin token: every client may run configure, stats, topology, clear and rebalance"
         );
     }
-    let auth = Auth::new(credentials);
-    // One pool of peer channels for the Flight service and the DoGet relay.
-    // TLS: the certificate and the CA are read now (a node that cannot serve what it
-    // was told to does not start), then re-read by a background task.
-    let tls = match tls {
-        Some(files) => {
-            let (certified, seen) = tls::load_certified_key(&files).map_err(ServerError::Tls)?;
-            let ca = tls::load_ca(&files.ca).map_err(ServerError::Tls)?;
-            let cert = Arc::new(tls::ReloadingCert::new(certified));
-            let clients = match files.client_auth {
-                ClientAuth::Required => Some(Arc::new(
-                    tls::ReloadingClientVerifier::new(&ca, &files.ca).map_err(ServerError::Tls)?,
-                )),
-                ClientAuth::None => None,
-            };
-            let acceptor = tls::acceptor(Arc::clone(&cert), clients.clone(), &files)
-                .map_err(ServerError::Tls)?;
-            Some(ServedTls {
-                files,
-                cert,
-                clients,
-                acceptor,
-                seen,
-                ca,
-            })
-        }
-        None => None,
-    };
-    // Peers that require client certificates are shown this node's own.
-    let peer_identity = tls
-        .as_ref()
+    Auth::new(credentials)
+}
+
+/// One pool of peer channels for the Flight service and the DoGet relay: the node's
+/// peer token, the CA it verifies peers by, for peers that require client certificates
+/// its own certificate, and the message limit of its own Flight port.
+fn peers_for(
+    metrics: &Arc<Metrics>,
+    auth: &Auth,
+    tls: Option<&ServedTls>,
+    max_entry_bytes: u64,
+) -> Peers {
+    let identity = tls
         .filter(|tls| tls.clients.is_some())
         .map(|tls| (tls.seen.cert.clone(), tls.seen.key.clone()));
-    let peers = Peers::with_metrics(Arc::clone(&metrics))
+    Peers::with_metrics(Arc::clone(metrics))
+        .limiting_messages(message_limit(max_entry_bytes))
         .presenting(auth.peer_authorization().as_deref())
-        .verifying(tls.as_ref().map(|tls| tls.ca.clone()))
-        .presenting_certificate(peer_identity);
-    let peers_for_tls = peers.clone();
-    let relay_node = RelayNode {
-        store: Arc::clone(&store),
-        metrics: Arc::clone(&metrics),
-        routing: Arc::clone(&routing),
-        peers: peers.clone(),
-        stalled_readers: crate::wire::stall::StallWatch::start(
-            max_read_stall,
-            metrics.stalled_reads.clone(),
-        ),
-    };
-    let service = FlightCacheService::new(
-        Arc::clone(&store),
-        Arc::clone(&live),
-        Arc::clone(&metrics),
-        auth.clone(),
-        Arc::clone(&routing),
-        peers,
-    );
-    let exit_service = service.clone();
+        .verifying(tls.map(|tls| tls.ca.clone()))
+        .presenting_certificate(identity)
+}
 
-    let (flight_listener, flight_addr) = bind(listen).await?;
-    let (metrics_listener, metrics_addr) = bind(metrics_listen).await?;
-
-    let (stop, stop_rx) = watch::channel(false);
-    // Liveness is the health service's overall status ("" — serving while the process
-    // runs); readiness is the Flight service's, which waits for the advertised name.
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    let (ready, ready_rx) = watch::channel(false);
-    let mut background = Vec::new();
-    // Ready once the advertised name resolves here and the disk tier has reloaded (or
-    // its deadline passed: the reload then goes on in the background).
-    let reload = disk.clone().map(|disk| {
-        let deadline = persistence
-            .as_ref()
-            .map_or(DEFAULT_RELOAD_DEADLINE, |persistence| {
-                persistence.reload_deadline
-            });
-        (tokio::task::spawn_blocking(move || disk.reload()), deadline)
-    });
-    if advertised.is_none() && reload.is_none() {
-        health_reporter
-            .set_serving::<FlightServiceServer<FlightCacheService>>()
-            .await;
-        let _ = ready.send(true);
-    } else {
-        health_reporter
-            .set_not_serving::<FlightServiceServer<FlightCacheService>>()
-            .await;
-        let reporter = health_reporter.clone();
-        let stopping = stop_rx.clone();
-        background.push(tokio::spawn(async move {
-            if let Some(advertised) = advertised {
-                let lookup = |_host: String| {
-                    let advertised = advertised.clone();
-                    async move { readiness::lookup(&advertised).await }
-                };
-                let resolved =
-                    readiness::wait_until_resolvable(&advertised, lookup, stopping.clone()).await;
-                if !resolved {
-                    return;
-                }
-            }
-            if let Some((mut reload, deadline)) = reload
-                && tokio::time::timeout(deadline, &mut reload).await.is_err()
-            {
-                tracing::warn!(
-                    ?deadline,
-                    "the reload from disk passed its deadline: ready, still loading"
-                );
-            }
-            if !*stopping.borrow() {
-                reporter
-                    .set_serving::<FlightServiceServer<FlightCacheService>>()
-                    .await;
-                let _ = ready.send(true);
-            }
-        }));
-    }
+/// The Flight service inside its layers.
+fn layered(
+    service: &FlightCacheService,
+    core: &Core,
+    peers: &Peers,
+    auth: Auth,
+    max_entry_bytes: u64,
+    max_read_stall: Duration,
+) -> LayeredFlight {
     // Messages up to the largest entry (or 64 MiB) are accepted, so clients that send a
     // big batch as one message work; anything larger is refused by the max entry size.
-    let decode_limit = usize::try_from(max_entry_bytes)
-        .unwrap_or(usize::MAX)
-        .saturating_add(1 << 20)
-        .max(64 << 20);
+    let decode_limit = message_limit(max_entry_bytes);
     let flight_service = FlightServiceServer::new(service.clone())
         .max_decoding_message_size(decode_limit)
         .max_encoding_message_size(decode_limit);
+    let relay_node = RelayNode {
+        store: Arc::clone(&core.store),
+        metrics: Arc::clone(&core.metrics),
+        routing: Arc::clone(&core.routing),
+        peers: peers.clone(),
+        stalled_readers: crate::wire::stall::StallWatch::start(
+            max_read_stall,
+            core.metrics.stalled_reads.clone(),
+        ),
+    };
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
-    let flight_service = IntakeLayer::new(flight_service, Arc::clone(&store));
+    let flight_service = IntakeLayer::new(flight_service, Arc::clone(&core.store));
     let flight_service = DoGetRelay::new(flight_service, relay_node);
     // Request bodies of every method but DoPut are small; bounded before they are read.
     let flight_service = RequestLimitLayer::new(flight_service);
-    // Outermost: no call reaches the relay, the intake or the service unauthenticated.
-    let flight_service = AuthLayer::new(flight_service, auth, Arc::clone(&metrics));
+    // No call reaches the relay, the intake or the service unauthenticated.
+    let flight_service = AuthLayer::new(flight_service, auth, Arc::clone(&core.metrics));
+    // Outermost: a call's whole time on the node, authentication included.
+    SlowCallLog::new(flight_service)
+}
 
-    let mut flight_stop = stop_rx.clone();
-    let mut grace_stop = stop_rx.clone();
-    let connections_refused = metrics.connections_refused.clone();
-    let handshake_failures = metrics.tls_handshake_failures.clone();
-    let acceptor = tls.as_ref().map(|tls| tls.acceptor.clone());
-    let flight = tokio::spawn(async move {
-        let shutdown_requested = async move {
-            let _ = flight_stop.wait_for(|stop| *stop).await;
-            health_reporter
-                .set_not_serving::<FlightServiceServer<FlightCacheService>>()
-                .await;
-            tracing::info!(grace = ?shutdown_grace, "shutting down: draining in-flight streams");
-        };
-        // Every connection gets TCP_NODELAY (Nagle's algorithm would hold small answers
-        // back ~40 ms waiting for an ACK) and keepalive; past `max_connections` new ones
-        // are closed, and accepting pauses while descriptors are exhausted.
-        let incoming = BoundedIncoming::new(
-            flight_listener,
-            max_connections,
-            TCP_KEEPALIVE,
-            connections_refused,
-        );
-        // Larger HTTP/2 windows and frames let a multi-megabyte put arrive without a
-        // window-update round trip every 64 KiB. A stream's window is one frame: the
-        // bytes HTTP/2 buffers ahead of a put that is busy with its last message are at
-        // most what the intake reservation allows for in transit (`wire::intake`), so
-        // the budget covers them; a 4 MiB window let up to 4 MiB per put sit there
-        // uncounted (the put storm's RSS went above budget + base). The stream cap bounds what one
-        // connection can hold open (one connection opening 100,000 streams used to cost
-        // ~437 MiB); keepalive pings find dead peers; the header list bound keeps a
-        // request's metadata small.
-        let router = tonic::transport::Server::builder()
-            .timeout(max_call_duration)
-            .initial_stream_window_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
-            .initial_connection_window_size(8 << 20)
-            .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
-            .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
-            .http2_keepalive_interval(Some(http2_keepalive_interval))
-            .http2_keepalive_timeout(Some(http2_keepalive_timeout))
-            .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
-            .add_service(health_service)
-            .add_service(flight_service);
-        let serve: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
-            match acceptor {
-                Some(acceptor) => Box::pin(router.serve_with_incoming_shutdown(
-                    tls::tls_incoming(incoming, acceptor, handshake_failures),
-                    shutdown_requested,
-                )),
-                None => Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown_requested)),
+/// The disk tier's reload, started now, with the longest it may hold readiness back.
+fn reload_from_disk(
+    disk: Option<&DiskTier>,
+    persistence: Option<&Persistence>,
+) -> Option<(JoinHandle<ReloadReport>, Duration)> {
+    let disk = disk?.clone();
+    let deadline = persistence.map_or(DEFAULT_RELOAD_DEADLINE, |p| p.reload_deadline);
+    Some((tokio::task::spawn_blocking(move || disk.reload()), deadline))
+}
+
+/// Liveness is the health service's overall status ("" — serving while the process
+/// runs); readiness is the Flight service's. It is ready at once, or, with an advertised
+/// name or a disk tier, once the name resolves here and the reload is done (or past its
+/// deadline: the reload then goes on in the background). Returns the readiness the
+/// metrics port reports and the task that waits, if any.
+async fn report_readiness(
+    reporter: &HealthReporter,
+    advertised: Option<Advertised>,
+    reload: Option<(JoinHandle<ReloadReport>, Duration)>,
+    stopping: watch::Receiver<bool>,
+) -> (watch::Receiver<bool>, Option<JoinHandle<()>>) {
+    let (ready, ready_rx) = watch::channel(false);
+    if advertised.is_none() && reload.is_none() {
+        reporter
+            .set_serving::<FlightServiceServer<FlightCacheService>>()
+            .await;
+        let _ = ready.send(true);
+        return (ready_rx, None);
+    }
+    reporter
+        .set_not_serving::<FlightServiceServer<FlightCacheService>>()
+        .await;
+    let reporter = reporter.clone();
+    let waiting = tokio::spawn(async move {
+        if let Some(advertised) = advertised {
+            let lookup = |_host: String| {
+                let advertised = advertised.clone();
+                async move { readiness::lookup(&advertised).await }
             };
-        tokio::pin!(serve);
-        tokio::select! {
-            result = &mut serve => return result.map_err(ServerError::Serve),
-            _ = grace_stop.wait_for(|stop| *stop) => {}
-        }
-        match tokio::time::timeout(shutdown_grace, serve).await {
-            Ok(result) => result.map_err(ServerError::Serve),
-            Err(_) => {
-                tracing::warn!("grace period over: closing streams still open");
-                Ok(())
+            let resolved =
+                readiness::wait_until_resolvable(&advertised, lookup, stopping.clone()).await;
+            if !resolved {
+                return;
             }
         }
+        if let Some((mut reload, deadline)) = reload
+            && tokio::time::timeout(deadline, &mut reload).await.is_err()
+        {
+            tracing::warn!(
+                ?deadline,
+                "the reload from disk passed its deadline: ready, still loading"
+            );
+        }
+        if !*stopping.borrow() {
+            reporter
+                .set_serving::<FlightServiceServer<FlightCacheService>>()
+                .await;
+            let _ = ready.send(true);
+        }
     });
+    (ready_rx, Some(waiting))
+}
 
-    background.push(tokio::spawn(serve_metrics(
-        metrics_listener,
-        Arc::clone(&metrics),
-        ready_rx,
-        stop_rx.clone(),
-    )));
-    background.push(tokio::spawn(sweep_expired(Arc::clone(&store))));
-    background.push(tokio::spawn(crate::allocator::hold_kept_bytes(Arc::clone(
-        &store,
-    ))));
-    if let Some(ServedTls {
+/// The connection and call bounds of the Flight port.
+struct ConnectionSettings {
+    max_connections: usize,
+    max_call_duration: Duration,
+    http2_keepalive_interval: Duration,
+    http2_keepalive_timeout: Duration,
+    shutdown_grace: Duration,
+}
+
+/// What the Flight port's server task needs; `H` is the gRPC health service.
+struct FlightServing<H> {
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    settings: ConnectionSettings,
+    health: (HealthReporter, HealthServer<H>),
+    flight_service: LayeredFlight,
+    stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+}
+
+/// Serves the Flight port (health beside Flight) until a stop is asked, then gives the
+/// calls in flight `shutdown_grace` to finish.
+async fn serve_flight<H: Health>(serving: FlightServing<H>) -> Result<(), ServerError> {
+    let FlightServing {
+        listener,
+        acceptor,
+        settings,
+        health: (health_reporter, health_service),
+        flight_service,
+        stop,
+        metrics,
+    } = serving;
+    let shutdown_grace = settings.shutdown_grace;
+    let mut flight_stop = stop.clone();
+    let mut grace_stop = stop;
+    let shutdown_requested = async move {
+        let _ = flight_stop.wait_for(|stop| *stop).await;
+        health_reporter
+            .set_not_serving::<FlightServiceServer<FlightCacheService>>()
+            .await;
+        tracing::info!(grace = ?shutdown_grace, "shutting down: draining in-flight streams");
+    };
+    // Every connection gets TCP_NODELAY (Nagle's algorithm would hold small answers
+    // back ~40 ms waiting for an ACK) and keepalive; past `max_connections` new ones
+    // are closed, and accepting pauses while descriptors are exhausted.
+    let incoming = BoundedIncoming::new(
+        listener,
+        settings.max_connections,
+        TCP_KEEPALIVE,
+        metrics.connections_refused.clone(),
+    );
+    // Health answers without authentication: behind the request limits too (a small
+    // Check, no Watch).
+    let router = flight_server(&settings)
+        .add_service(SlowCallLog::new(RequestLimitLayer::new(health_service)))
+        .add_service(flight_service);
+    let serve: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match acceptor {
+            Some(acceptor) => {
+                let failures = metrics.tls_handshake_failures.clone();
+                Box::pin(router.serve_with_incoming_shutdown(
+                    tls::tls_incoming(incoming, acceptor, failures),
+                    shutdown_requested,
+                ))
+            }
+            None => Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown_requested)),
+        };
+    tokio::pin!(serve);
+    tokio::select! {
+        result = &mut serve => return result.map_err(ServerError::Serve),
+        _ = grace_stop.wait_for(|stop| *stop) => {}
+    }
+    match tokio::time::timeout(shutdown_grace, serve).await {
+        Ok(result) => result.map_err(ServerError::Serve),
+        Err(_) => {
+            tracing::warn!("grace period over: closing streams still open");
+            Ok(())
+        }
+    }
+}
+
+/// The HTTP/2 server of the Flight port with its bounds.
+///
+/// Larger HTTP/2 windows and frames let a multi-megabyte put arrive without a
+/// window-update round trip every 64 KiB. A stream's window is one frame: the bytes
+/// HTTP/2 buffers ahead of a put that is busy with its last message are at most what the
+/// intake reservation allows for in transit (`wire::intake`), so the budget covers them;
+/// a 4 MiB window let up to 4 MiB per put sit there uncounted (the put storm's RSS went
+/// above budget + base). The stream cap bounds what one connection can hold open (one
+/// connection opening 100,000 streams used to cost ~437 MiB); keepalive pings find dead
+/// peers; the header list bound keeps a request's metadata small.
+fn flight_server(settings: &ConnectionSettings) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .timeout(settings.max_call_duration)
+        .initial_stream_window_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
+        .initial_connection_window_size(8 << 20)
+        .max_frame_size(crate::wire::intake::MAX_INCOMING_FRAME_BYTES as u32)
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+        .http2_keepalive_interval(Some(settings.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(settings.http2_keepalive_timeout))
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+}
+
+/// Re-reads the certificate and CA as they rotate, handing the new ones to the peers.
+fn watch_tls(tls: ServedTls, peers: &Peers, metrics: &Metrics) -> JoinHandle<()> {
+    let ServedTls {
         files,
         cert,
         clients,
         seen,
         ca,
         ..
-    }) = tls
-    {
-        let ca_peers = peers_for_tls.clone();
-        let cert_peers = peers_for_tls.clone();
-        background.push(tokio::spawn(tls::watch_files(
-            files,
-            tls::Reloadable {
-                cert,
-                clients,
-                on_ca_change: Box::new(move |ca| ca_peers.rotate_ca(ca)),
-                on_cert_change: Box::new(move |pem| cert_peers.rotate_identity(pem.cert, pem.key)),
-                reloaded: metrics.tls_reloads.clone(),
-                failed: metrics.tls_reload_failures.clone(),
-            },
-            seen,
-            ca,
-        )));
-    }
-    if let Some(path) = config_file {
-        // Read the baseline now, not in the task, so a change made right after start is
-        // not mistaken for the baseline.
-        let baseline = tokio::fs::read(&path).await.ok();
-        background.push(tokio::spawn(watch_config_file(
-            path,
-            baseline,
-            Arc::clone(&store),
-            Arc::clone(&live),
-            Arc::clone(&routing),
-        )));
-    }
-    tracing::info!(%flight_addr, %metrics_addr, generation, "flightcache node serving");
-    Ok(RunningNode {
-        flight_addr,
-        metrics_addr,
-        store,
-        disk,
-        service: exit_service,
-        exit_handoff_budget,
-        stop,
-        flight,
-        background,
-    })
+    } = tls;
+    let ca_peers = peers.clone();
+    let cert_peers = peers.clone();
+    tokio::spawn(tls::watch_files(
+        files,
+        tls::Reloadable {
+            cert,
+            clients,
+            on_ca_change: Box::new(move |ca| ca_peers.rotate_ca(ca)),
+            on_cert_change: Box::new(move |pem| cert_peers.rotate_identity(pem.cert, pem.key)),
+            reloaded: metrics.tls_reloads.clone(),
+            failed: metrics.tls_reload_failures.clone(),
+        },
+        seen,
+        ca,
+    ))
+}
+
+/// Applies changes of the config file as they come.
+async fn watch_config(path: PathBuf, core: &Core) -> JoinHandle<()> {
+    // Read the baseline now, not in the task, so a change made right after start is
+    // not mistaken for the baseline.
+    let baseline = tokio::fs::read(&path).await.ok();
+    tokio::spawn(watch_config_file(
+        path,
+        baseline,
+        Arc::clone(&core.store),
+        Arc::clone(&core.live),
+        Arc::clone(&core.routing),
+    ))
 }
 
 /// Runs a node until `shutdown` resolves, then stops it gracefully.
@@ -522,12 +656,28 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError
     Ok((listener, bound))
 }
 
+/// Most connections the metrics port holds open at once (Prometheus, the kubelet's
+/// probes when the Flight port speaks TLS, a person with curl); further ones are closed
+/// as they are accepted.
+pub const MAX_METRICS_CONNECTIONS: usize = 64;
+
+/// How long a metrics-port connection lives: a scraper reconnects, and one that sends
+/// nothing holds its place no longer than this.
+pub const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+
 async fn serve_metrics(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let incoming = BoundedIncoming::new(
+        listener,
+        MAX_METRICS_CONNECTIONS,
+        TCP_KEEPALIVE,
+        metrics.metrics_connections_refused.clone(),
+    )
+    .with_lifetime(METRICS_CONNECTION_LIFETIME);
     // For the kubelet when the Flight port speaks TLS (its gRPC probes do not), the
     // gRPC health statuses over HTTP: /livez while the process runs, /readyz once the
     // advertised name leads here and until shutdown begins.
@@ -565,7 +715,7 @@ async fn serve_metrics(
                 }
             }),
         );
-    let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let serve = axum::serve(incoming, app).with_graceful_shutdown(async move {
         let _ = stop.wait_for(|stop| *stop).await;
     });
     if let Err(err) = serve.await {

@@ -49,6 +49,7 @@ fn action_body(action: AdminAction, key: &str) -> Vec<u8> {
     match action {
         AdminAction::Invalidate | AdminAction::Lease => key.as_bytes().to_vec(),
         AdminAction::InvalidatePrefix => b"matrix-gone/".to_vec(),
+        AdminAction::InvalidateTag => json!({"tags": ["matrix-gone"]}).to_string().into_bytes(),
         AdminAction::Configure => json!({"ttl": "1h"}).to_string().into_bytes(),
         AdminAction::Rebalance => json!({"dryRun": true}).to_string().into_bytes(),
         AdminAction::Held => crds::admin::HeldRequest {
@@ -112,7 +113,6 @@ fn expected(who: &str, call: &str) -> Outcome {
         "DoAction clear",
         "DoAction stats",
         "DoAction configure",
-        "DoAction topology",
         "DoAction rebalance",
         "DoAction held",
     ]

@@ -152,6 +152,7 @@ async fn every_action_does_what_it_says() {
             "ping",
             "invalidate",
             "invalidate-prefix",
+            "invalidate-tag",
             "clear",
             "stats",
             "configure",

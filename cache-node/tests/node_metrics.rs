@@ -172,6 +172,65 @@ async fn a_rebalance_is_counted_and_its_gauges_return_to_zero() {
 }
 
 #[tokio::test]
+async fn invalidations_are_counted_once_by_kind_where_the_client_asked() {
+    let cluster = Cluster::start(3).await;
+    let mut via0 = cluster.client(0).await;
+    for i in 0..9 {
+        let tags = serde_json::json!({"tags": [if i < 4 { "sales.orders" } else { "crm.users" }]});
+        put(
+            &mut via0,
+            path(&format!("m/{i}")),
+            vec![sample_batch(5, i)],
+            Some(&tags.to_string()),
+        )
+        .await
+        .unwrap();
+    }
+    action(&mut via0, "invalidate", b"m/8").await.unwrap();
+    action(
+        &mut via0,
+        "invalidate-tag",
+        br#"{"tags": ["sales.orders"]}"#,
+    )
+    .await
+    .unwrap();
+    action(&mut via0, "invalidate-prefix", b"m/").await.unwrap();
+    let text = scrape(cluster.node(0).metrics_addr).await;
+    for (series, expected) in [
+        (r#"flightcache_node_invalidations_total{kind="key"}"#, 1.0),
+        (
+            r#"flightcache_node_invalidated_entries_total{kind="key"}"#,
+            1.0,
+        ),
+        (r#"flightcache_node_invalidations_total{kind="tag"}"#, 1.0),
+        (
+            r#"flightcache_node_invalidated_entries_total{kind="tag"}"#,
+            4.0,
+        ),
+        (
+            r#"flightcache_node_invalidations_total{kind="prefix"}"#,
+            1.0,
+        ),
+        (
+            r#"flightcache_node_invalidated_entries_total{kind="prefix"}"#,
+            4.0,
+        ),
+    ] {
+        assert_eq!(value(&text, series), Some(expected), "{series}\n{text}");
+    }
+    // The peers ran their share of the fan-out and the owner its forwarded key: not
+    // counted again.
+    for i in 1..3 {
+        let peer = scrape(cluster.node(i).metrics_addr).await;
+        assert!(
+            !peer.contains("flightcache_node_invalidations_total{"),
+            "node {i}\n{peer}"
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn readyz_says_serving_and_nothing_else() {
     // The kubelet's probe when the Flight port speaks TLS. It has no credential, so the
     // answer carries no data: one word, and only GET on this path.
@@ -184,5 +243,30 @@ async fn readyz_says_serving_and_nothing_else() {
     assert!(response.ends_with("\r\n\r\nserving"), "{response}");
     let other = http_get(node.metrics_addr, "/readyz/../stats").await;
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_series_the_node_exposes_is_documented() {
+    // docs/metrics.md is the reference dashboards and alerts are written from: a metric
+    // added without its row fails here (the "adding a metric" checklist of
+    // docs/architecture.md).
+    let docs = include_str!("../../docs/metrics.md");
+    let node = start_node(&[]).await;
+    let text = scrape(node.metrics_addr).await;
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect();
+    assert!(families.len() > 20, "{text}");
+    let undocumented: Vec<&&str> = families
+        .iter()
+        .filter(|name| !docs.contains(&format!("`{name}")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/metrics.md: {undocumented:?}"
+    );
     node.shutdown().await.unwrap();
 }

@@ -199,6 +199,51 @@ fn a_restarted_node_reloads_every_entry_byte_identical() {
 }
 
 #[test]
+fn tags_survive_a_restart_and_a_tag_invalidation_then_removes_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let before = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    for i in 0..6 {
+        let tags: cache_node::store::Tags = if i % 2 == 0 {
+            vec![Arc::<str>::from("sales.orders"), Arc::from("tenant:acme")].into()
+        } else {
+            cache_node::store::Tags::default()
+        };
+        let data = batch(10, i);
+        let mut put = before.store.begin_put(store_key(&format!("t/{i}")));
+        put.reserve(batch_weight(&data)).unwrap();
+        let lifetime = cache_node::store::Lifetime {
+            tags,
+            ..Default::default()
+        };
+        put.commit_with(data.schema(), vec![data], lifetime)
+            .unwrap();
+    }
+    before.stop();
+
+    let after = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    assert_eq!(reload(&after).loaded, 6);
+    let reloaded = after.store.peek(&store_key("t/2")).unwrap();
+    let tags: Vec<&str> = reloaded.tags().iter().map(|tag| &**tag).collect();
+    assert_eq!(tags, ["sales.orders", "tenant:acme"]);
+    assert!(
+        after
+            .store
+            .peek(&store_key("t/1"))
+            .unwrap()
+            .tags()
+            .is_empty()
+    );
+    assert_eq!(after.store.invalidate_tags(&[Arc::from("tenant:acme")]), 3);
+    after.flush();
+    assert_eq!(
+        entry_files(dir.path()).len(),
+        3,
+        "the tagged entries' files are gone"
+    );
+}
+
+#[test]
 fn invalidate_replace_eviction_and_clear_remove_or_rewrite_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let wall = TestWall::new();

@@ -41,14 +41,6 @@ async fn put_rebalanced_keys(client: &mut FlightClient, count: usize) -> Vec<Str
     keys
 }
 
-fn store_keys(node: &RunningNode) -> Vec<String> {
-    node.store
-        .list(b"", usize::MAX)
-        .into_iter()
-        .map(|(key, _)| String::from_utf8(key[1..].to_vec()).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn rebalance_on_a_draining_node_hands_every_entry_to_the_new_owners() {
     let cluster = Cluster::start(3).await;

@@ -197,6 +197,124 @@ async fn oversized_requests_are_refused_before_they_are_buffered() {
 }
 
 #[tokio::test]
+async fn the_unauthenticated_health_service_takes_a_small_check_and_no_watch() {
+    // gRPC health answers without a credential (the kubelet's probe has none), so it is
+    // bounded like the Handshake: a Check carries at most 1 KiB, and Watch, a stream that
+    // never ends, is not served. Worst case: a 60 MiB Check (before: buffered up to
+    // tonic's 4 MiB default and refused only past it; the Watch held a stream forever).
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let node = NodeProcess::start().await;
+    let channel = Channel::from_shared(format!("http://{}", node.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel).max_encoding_message_size(usize::MAX);
+    let service = "arrow.flight.protocol.FlightService".to_owned();
+    let serving = health
+        .check(HealthCheckRequest {
+            service: service.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(serving.into_inner().status, 1, "SERVING");
+    let baseline = node.resident_bytes();
+    let err = health
+        .check(HealthCheckRequest {
+            service: "x".repeat(60 << 20),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("at most 1024 bytes"),
+        "{}",
+        err.message()
+    );
+    let growth = node.resident_bytes().saturating_sub(baseline);
+    // Budget as for the other methods: the HTTP/2 windows (8 MiB) plus 8 MiB of slack.
+    let budget: u64 = 16 << 20;
+    println!("60 MiB health Check: RSS grew {growth} bytes (budget {budget})");
+    assert!(growth < budget, "{growth} >= {budget}");
+    let err = health
+        .watch(HealthCheckRequest { service })
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented, "{err:?}");
+    assert!(err.message().contains("poll Check"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn the_metrics_port_holds_at_most_its_connection_limit() {
+    // Worst case: a client opens connections to the metrics port (open to its scrapers
+    // and the kubelet) and sends nothing. Past MAX_METRICS_CONNECTIONS they are closed as
+    // they are accepted (before: no limit), each held one ends after
+    // METRICS_CONNECTION_LIFETIME (wire::accept's unit test), and a freed place serves
+    // the next scrape.
+    use tokio::io::AsyncReadExt as _;
+    let limit = cache_node::server::MAX_METRICS_CONNECTIONS;
+    let node = NodeProcess::start().await;
+    let baseline = node.resident_bytes();
+    let mut held = Vec::new();
+    for _ in 0..limit {
+        held.push(
+            tokio::net::TcpStream::connect(node.metrics_addr)
+                .await
+                .unwrap(),
+        );
+    }
+    // The node accepts in the order the kernel queued them: this one comes after them.
+    let mut extra = tokio::net::TcpStream::connect(node.metrics_addr)
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "the connection past the limit is closed at once: {closed:?}"
+    );
+    let growth = node.resident_bytes().saturating_sub(baseline);
+    println!("{limit} idle metrics connections: RSS grew {growth} bytes");
+    // A freed place serves a scrape once the node has seen its connection close (polled:
+    // the close reaches the node's connection task asynchronously).
+    drop(held.pop());
+    let name = "flightcache_node_metrics_connections_refused_total";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let scraped = loop {
+        // A connection refused at accept is closed or reset: read as no answer.
+        let response = async {
+            use tokio::io::AsyncWriteExt as _;
+            let mut stream = tokio::net::TcpStream::connect(node.metrics_addr)
+                .await
+                .ok()?;
+            let request = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+            stream.write_all(request.as_bytes()).await.ok()?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.ok()?;
+            Some(response)
+        }
+        .await
+        .unwrap_or_default();
+        if response.starts_with("HTTP/1.1 200") {
+            break response;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scrape got the freed place within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let refused: f64 = scraped
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(refused >= 1.0, "{refused}");
+    drop(held);
+}
+
+#[tokio::test]
 async fn each_connection_is_told_the_stream_cap_and_a_silent_handshake_ends() {
     let node = NodeProcess::start().await;
     let tcp = tokio::net::TcpStream::connect(&node.addr).await.unwrap();

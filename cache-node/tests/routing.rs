@@ -1179,3 +1179,139 @@ async fn an_exit_handoff_by_an_outdated_ring_is_refused_and_the_peers_store_noth
     assert!(refused > 0, "the refusals are counted");
     cluster.shutdown().await;
 }
+
+/// A peer that answers every DoAction with one message of `bytes` bytes (a broken or
+/// compromised node with the peer credential) and refuses everything else.
+#[derive(Clone)]
+struct OversizedAnswers {
+    bytes: usize,
+}
+
+type Answers<T> =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl arrow_flight::flight_service_server::FlightService for OversizedAnswers {
+    type HandshakeStream = Answers<arrow_flight::HandshakeResponse>;
+    type ListFlightsStream = Answers<arrow_flight::FlightInfo>;
+    type DoGetStream = Answers<arrow_flight::FlightData>;
+    type DoPutStream = Answers<arrow_flight::PutResult>;
+    type DoExchangeStream = Answers<arrow_flight::FlightData>;
+    type DoActionStream = Answers<arrow_flight::Result>;
+    type ListActionsStream = Answers<arrow_flight::ActionType>;
+
+    async fn handshake(
+        &self,
+        _: tonic::Request<tonic::Streaming<arrow_flight::HandshakeRequest>>,
+    ) -> Result<tonic::Response<Self::HandshakeStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn list_flights(
+        &self,
+        _: tonic::Request<arrow_flight::Criteria>,
+    ) -> Result<tonic::Response<Self::ListFlightsStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn get_flight_info(
+        &self,
+        _: tonic::Request<arrow_flight::FlightDescriptor>,
+    ) -> Result<tonic::Response<arrow_flight::FlightInfo>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn poll_flight_info(
+        &self,
+        _: tonic::Request<arrow_flight::FlightDescriptor>,
+    ) -> Result<tonic::Response<arrow_flight::PollInfo>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn get_schema(
+        &self,
+        _: tonic::Request<arrow_flight::FlightDescriptor>,
+    ) -> Result<tonic::Response<arrow_flight::SchemaResult>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn do_get(
+        &self,
+        _: tonic::Request<Ticket>,
+    ) -> Result<tonic::Response<Self::DoGetStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn do_put(
+        &self,
+        _: tonic::Request<tonic::Streaming<arrow_flight::FlightData>>,
+    ) -> Result<tonic::Response<Self::DoPutStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn do_exchange(
+        &self,
+        _: tonic::Request<tonic::Streaming<arrow_flight::FlightData>>,
+    ) -> Result<tonic::Response<Self::DoExchangeStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+    async fn do_action(
+        &self,
+        _: tonic::Request<arrow_flight::Action>,
+    ) -> Result<tonic::Response<Self::DoActionStream>, tonic::Status> {
+        let body = bytes::Bytes::from(vec![b'x'; self.bytes]);
+        let answer = futures::stream::iter([Ok(arrow_flight::Result { body })]);
+        Ok(tonic::Response::new(Box::pin(answer)))
+    }
+    async fn list_actions(
+        &self,
+        _: tonic::Request<arrow_flight::Empty>,
+    ) -> Result<tonic::Response<Self::ListActionsStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("impostor"))
+    }
+}
+
+#[tokio::test]
+async fn a_peers_answer_over_the_message_limit_is_refused_not_buffered() {
+    // Worst case: a member answers a forwarded action with one message past the node's
+    // limit (its largest entry + 1 MiB, at least 64 MiB). The node decodes peers'
+    // answers under that limit: the caller gets an error naming it, nothing is held.
+    let limit = cache_node::cluster::peers::MIN_MESSAGE_LIMIT;
+    let mut cluster = Cluster::start(3).await;
+    let ring = cluster.ring(&[]);
+    let key = keys_owned_by(&ring, "n-2", "impostor", 1).remove(0);
+    cluster.stop(2).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    cluster.addresses[2] = listener.local_addr().unwrap().to_string();
+    let impostor =
+        arrow_flight::flight_service_server::FlightServiceServer::new(OversizedAnswers {
+            bytes: limit + (1 << 20),
+        })
+        .max_encoding_message_size(usize::MAX);
+    let served = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(impostor)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    cluster.publish(2, &[]).await;
+    let mut via0 = cluster.client(0).await;
+    let err = status(
+        action(&mut via0, "lease", key.as_bytes())
+            .await
+            .unwrap_err(),
+    );
+    println!(
+        "a {} MiB answer from a peer: {:?} {}",
+        (limit >> 20) + 1,
+        err.code(),
+        err.message()
+    );
+    // Refused as it was decoded from the peer (without the limit the whole answer was
+    // decoded and held, and only the node's own encoding limit stopped it going out).
+    assert!(
+        err.message().contains("decoded message length too large"),
+        "{err}"
+    );
+    // The node still serves: a key of its own round-trips.
+    let own = keys_owned_by(&ring, "n-0", "still-serving", 1).remove(0);
+    put(&mut via0, path(&own), vec![sample_batch(10, 1)], None)
+        .await
+        .unwrap();
+    let batches = get(&mut via0, path_ticket(&own)).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
+    served.abort();
+    cluster.shutdown().await;
+}

@@ -297,6 +297,54 @@ async fn a_rotated_certificate_is_served_to_new_connections_without_a_failed_cal
 }
 
 #[tokio::test]
+async fn silent_connections_give_their_handshake_places_back_within_the_first_byte_timeout() {
+    // Worst case: every handshake place taken by connections that never send a byte.
+    // Each gives its place back after FIRST_BYTE_TIMEOUT (1 s), so a real client gets
+    // through within about that; before, it waited for the 10 s handshake timeout.
+    use cache_node::wire::tls::{FIRST_BYTE_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("pool CA");
+    let files = NodeFiles::write(dir.path(), &pki);
+    let node = start_tls_node(&files, &[]).await;
+    let failures_before = counter(&node, "flightcache_node_tls_handshake_failures_total").await;
+    let mut silent = Vec::new();
+    for _ in 0..MAX_PENDING_HANDSHAKES {
+        silent.push(
+            tokio::net::TcpStream::connect(node.flight_addr)
+                .await
+                .unwrap(),
+        );
+    }
+    let started = std::time::Instant::now();
+    assert!(
+        ping_as(&node, &pki.ca_pem(), None).await,
+        "a client gets through"
+    );
+    let took = started.elapsed();
+    // Budget: the first-byte timeout, then the handshake and a ping on loopback; 2 s
+    // more for a loaded machine. Waiting for the handshake timeout instead breaks it.
+    let budget = FIRST_BYTE_TIMEOUT + std::time::Duration::from_secs(2);
+    println!(
+        "a TLS client behind {} silent connections got through in {took:?} (budget {budget:?})",
+        silent.len()
+    );
+    assert!(took < budget && budget < HANDSHAKE_TIMEOUT, "{took:?}");
+    // Each silent connection is counted once its first-byte timeout has passed (they
+    // time out together, about a second after they connected): polled for 5 s.
+    let wanted = failures_before + MAX_PENDING_HANDSHAKES as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while counter(&node, "flightcache_node_tls_handshake_failures_total").await < wanted {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "each silent connection is counted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    drop(silent);
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn with_client_auth_required_only_certificates_from_the_ca_get_in() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new("pool CA");

@@ -10,6 +10,7 @@
 //! | `ping` | empty | the bytes [`PONG`] |
 //! | `invalidate` | a path key or a ticket | [`InvalidateAnswer`] |
 //! | `invalidate-prefix` | a non-empty path prefix | [`RemovedAnswer`] |
+//! | `invalidate-tag` | an [`InvalidateTagRequest`] | [`RemovedAnswer`] |
 //! | `clear` | empty | [`RemovedAnswer`] |
 //! | `stats` | empty | [`StatsAnswer`] |
 //! | `configure` | a [`NodeDocument`](crate::node_config::NodeDocument) | [`ConfigureAnswer`] |
@@ -43,6 +44,8 @@ pub enum AdminAction {
     Invalidate,
     /// Remove every path key with a prefix.
     InvalidatePrefix,
+    /// Remove every entry carrying one of some tags.
+    InvalidateTag,
     /// Remove everything.
     Clear,
     /// Counters, limits and the running config generation.
@@ -59,86 +62,138 @@ pub enum AdminAction {
     Held,
 }
 
+/// One row of the action table: everything the contract says of an action.
+#[derive(Debug, Clone, Copy)]
+pub struct ActionSpec {
+    /// The action.
+    pub action: AdminAction,
+    /// Its Flight action type (also its serde form and a metric label value).
+    pub name: &'static str,
+    /// Whether it needs the cluster's admin credential (see
+    /// [`AdminAction::needs_admin`]).
+    pub needs_admin: bool,
+    /// Its ListActions description.
+    pub description: &'static str,
+}
+
+/// The action table, in ListActions order (and in the order of [`AdminAction`]'s
+/// variants): the one place an action is named, described and given its rights. The
+/// node's dispatch is an exhaustive match on [`AdminAction`], so a new row without its
+/// arm does not compile.
+pub const ACTIONS: [ActionSpec; 11] = [
+    ActionSpec {
+        action: AdminAction::Ping,
+        name: "ping",
+        needs_admin: false,
+        description: "Answer 'pong'.",
+    },
+    ActionSpec {
+        action: AdminAction::Invalidate,
+        name: "invalidate",
+        needs_admin: false,
+        description: "Remove one entry. Body: a path key like 'reports/daily', or a ticket.",
+    },
+    ActionSpec {
+        action: AdminAction::InvalidatePrefix,
+        name: "invalidate-prefix",
+        needs_admin: false,
+        description: "Remove every path entry starting with the body, e.g. 'reports/'.",
+    },
+    ActionSpec {
+        action: AdminAction::InvalidateTag,
+        name: "invalidate-tag",
+        // Tags are what the client's query engine put on its own results.
+        needs_admin: false,
+        description: "Remove every entry carrying one of the tags a put gave it. Body: JSON \
+                      {\"tags\": [\"sales.orders\", ...]}, 1 to 64 tags. Result: {\"removed\": N}.",
+    },
+    ActionSpec {
+        action: AdminAction::Clear,
+        name: "clear",
+        needs_admin: true,
+        description: "Remove every entry.",
+    },
+    ActionSpec {
+        action: AdminAction::Stats,
+        name: "stats",
+        needs_admin: true,
+        description: "Return counters, limits and the config generation as JSON.",
+    },
+    ActionSpec {
+        action: AdminAction::Configure,
+        name: "configure",
+        needs_admin: true,
+        description: "Apply a node config JSON document with live fields (generation, maxEntries, \
+                      memoryBudget, maxEntrySize, ttl, ttlMode, eviction, locationMode) and/or a ring topology.",
+    },
+    ActionSpec {
+        action: AdminAction::Topology,
+        name: "topology",
+        // A ring-aware client reads the ring to dial each key's owner: member ids and
+        // their pod addresses, which `direct` GetFlightInfo locations give any client.
+        needs_admin: false,
+        description: "Return this node's member id and the ring it routes by as JSON.",
+    },
+    ActionSpec {
+        action: AdminAction::Lease,
+        name: "lease",
+        needs_admin: false,
+        description: "Miss coalescing. Body: a key. The first caller gets a fill lease (run the query, \
+                      DoPut); later callers wait for that DoPut ('filled') or time out.",
+    },
+    ActionSpec {
+        action: AdminAction::Rebalance,
+        name: "rebalance",
+        needs_admin: true,
+        description: "Hand every entry this node no longer owns under its ring to the key's owners, \
+                      hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
+                      \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
+                      \"copied\", \"copyFailed\", \"ringVersion\"}.",
+    },
+    ActionSpec {
+        action: AdminAction::Held,
+        name: "held",
+        needs_admin: true,
+        description: "Which of up to 1024 keys this node holds, from its store alone. Body: each key's \
+                      store bytes after its length (u32, big-endian). Result: {\"held\": [bool, ...]}.",
+    },
+];
+
 impl AdminAction {
-    /// Every action, in ListActions order.
-    pub const ALL: [Self; 10] = [
-        Self::Ping,
-        Self::Invalidate,
-        Self::InvalidatePrefix,
-        Self::Clear,
-        Self::Stats,
-        Self::Configure,
-        Self::Topology,
-        Self::Lease,
-        Self::Rebalance,
-        Self::Held,
-    ];
+    /// Every action, in ListActions order (the table's).
+    pub const ALL: [Self; ACTIONS.len()] = {
+        let mut all = [Self::Ping; ACTIONS.len()];
+        let mut row = 0;
+        while row < ACTIONS.len() {
+            all[row] = ACTIONS[row].action;
+            row += 1;
+        }
+        all
+    };
+
+    /// The action's row of [`ACTIONS`].
+    pub fn spec(self) -> &'static ActionSpec {
+        &ACTIONS[self as usize]
+    }
 
     /// The action type string (also its serde form and a metric label value).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ping => "ping",
-            Self::Invalidate => "invalidate",
-            Self::InvalidatePrefix => "invalidate-prefix",
-            Self::Clear => "clear",
-            Self::Stats => "stats",
-            Self::Configure => "configure",
-            Self::Topology => "topology",
-            Self::Lease => "lease",
-            Self::Rebalance => "rebalance",
-            Self::Held => "held",
-        }
+        self.spec().name
     }
 
     /// Whether the action needs the cluster's admin credential (the operator's): it
-    /// changes or reads the node's configuration and ring, or removes or moves entries
-    /// it did not name, or lists what the node holds (`held`, which the pool's peers
-    /// also run). The others (`ping`, `invalidate`, `invalidate-prefix`, `lease`) are
-    /// what a client does with its own keys.
+    /// changes the node's configuration or ring or reads its counters, removes or moves
+    /// entries it did not name, or lists what the node holds (`held`, which the pool's
+    /// peers also run). The others (`ping`, `invalidate`, `invalidate-prefix`,
+    /// `invalidate-tag`, `lease`, `topology`) are what a client does with its own keys and
+    /// tags, and the ring it routes by.
     pub fn needs_admin(self) -> bool {
-        match self {
-            Self::Ping | Self::Invalidate | Self::InvalidatePrefix | Self::Lease => false,
-            Self::Clear
-            | Self::Stats
-            | Self::Configure
-            | Self::Topology
-            | Self::Rebalance
-            | Self::Held => true,
-        }
+        self.spec().needs_admin
     }
 
     /// The ListActions description.
     pub fn description(self) -> &'static str {
-        match self {
-            Self::Ping => "Answer 'pong'.",
-            Self::Invalidate => {
-                "Remove one entry. Body: a path key like 'reports/daily', or a ticket."
-            }
-            Self::InvalidatePrefix => {
-                "Remove every path entry starting with the body, e.g. 'reports/'."
-            }
-            Self::Clear => "Remove every entry.",
-            Self::Stats => "Return counters, limits and the config generation as JSON.",
-            Self::Configure => {
-                "Apply a node config JSON document with live fields (generation, maxEntries, \
-                 memoryBudget, maxEntrySize, ttl, ttlMode, eviction, locationMode) and/or a ring topology."
-            }
-            Self::Topology => "Return this node's member id and the ring it routes by as JSON.",
-            Self::Lease => {
-                "Miss coalescing. Body: a key. The first caller gets a fill lease (run the query, \
-                 DoPut); later callers wait for that DoPut ('filled') or time out."
-            }
-            Self::Rebalance => {
-                "Hand every entry this node no longer owns under its ring to the key's owners, \
-                 hottest first, then remove it here. Body: optional JSON {\"dryRun\": bool, \
-                 \"limit\": N}. Result: {\"moved\", \"movedBytes\", \"failed\", \"kept\", \
-                 \"copied\", \"copyFailed\", \"ringVersion\"}."
-            }
-            Self::Held => {
-                "Which of up to 1024 keys this node holds, from its store alone. Body: each key's \
-                 store bytes after its length (u32, big-endian). Result: {\"held\": [bool, ...]}."
-            }
-        }
+        self.spec().description
     }
 }
 
@@ -197,7 +252,31 @@ pub struct InvalidateAnswer {
     pub removed: bool,
 }
 
-/// The answer to `invalidate-prefix` and `clear`: entries removed (on every member).
+/// The body of `invalidate-tag`: the tags whose entries to remove (an entry carrying any
+/// of them goes), checked by [`crate::tags::check_invalidation_tags`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvalidateTagRequest {
+    /// The tags.
+    pub tags: Vec<String>,
+}
+
+impl InvalidateTagRequest {
+    /// Reads and checks a request body.
+    ///
+    /// # Errors
+    /// A message for the caller: not the JSON object, or tags that break a rule.
+    pub fn decode(body: &[u8]) -> Result<Self, String> {
+        let request: Self = crate::from_json_object(body).map_err(|err| {
+            format!("the body must be JSON like {{\"tags\": [\"sales.orders\"]}}: {err}")
+        })?;
+        crate::tags::check_invalidation_tags(&request.tags).map_err(|err| err.to_string())?;
+        Ok(request)
+    }
+}
+
+/// The answer to `invalidate-prefix`, `invalidate-tag` and `clear`: entries removed (on
+/// every member).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RemovedAnswer {
     /// Entries removed.
@@ -551,6 +630,7 @@ mod tests {
                 "ping",
                 "invalidate",
                 "invalidate-prefix",
+                "invalidate-tag",
                 "clear",
                 "stats",
                 "configure",
@@ -570,6 +650,53 @@ mod tests {
         }
         let err = "Stats".parse::<AdminAction>().unwrap_err();
         assert!(err.to_string().contains("'Stats'"), "{err}");
+    }
+
+    #[test]
+    fn an_invalidate_tag_body_is_a_json_object_of_valid_tags() {
+        let request = InvalidateTagRequest::decode(br#"{"tags": ["sales.orders", "t"]}"#)
+            .expect("a valid body");
+        assert_eq!(request.tags, ["sales.orders", "t"]);
+        for (body, says) in [
+            (&b"sales.orders"[..], "must be JSON"),
+            (br#"["a"]"#, "must be JSON"),
+            (br#"{"tags": ["a"], "x": 1}"#, "unknown field"),
+            (br#"{"tags": []}"#, "at least one tag"),
+            (br#"{"tags": ["a", "a"]}"#, "given twice"),
+        ] {
+            let err = InvalidateTagRequest::decode(body).unwrap_err();
+            assert!(
+                err.contains(says),
+                "{}: {err}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(!AdminAction::InvalidateTag.needs_admin());
+    }
+
+    #[test]
+    fn each_row_of_the_action_table_is_its_actions_own() {
+        for (row, spec) in ACTIONS.iter().enumerate() {
+            assert_eq!(spec.action as usize, row, "{} is out of order", spec.name);
+            assert_eq!(spec.action.spec().name, spec.name);
+        }
+    }
+
+    #[test]
+    fn the_docs_action_table_lists_the_contracts_actions_in_order() {
+        let doc = include_str!("../../docs/cache-node.md");
+        let section = doc
+            .split("\n## Actions\n")
+            .nth(1)
+            .expect("docs/cache-node.md has an Actions section");
+        let documented: Vec<&str> = section
+            .lines()
+            .skip_while(|line| !line.starts_with("| `"))
+            .take_while(|line| line.starts_with("| `"))
+            .filter_map(|line| line.split('`').nth(1))
+            .collect();
+        let names: Vec<&str> = ACTIONS.iter().map(|spec| spec.name).collect();
+        assert_eq!(documented, names);
     }
 
     #[test]

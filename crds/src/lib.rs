@@ -10,6 +10,7 @@
 //!   ConfigMap, read by `flightcache-node --config`), and the body of the
 //!   `configure` action.
 //! - [`quantity`]: byte sizes and durations as users write them (`512MiB`, `64Mi`, `1h`).
+//! - [`tags`]: what an entry tag is (`invalidate-tag` removes the entries carrying one).
 //! - `generate` (feature `generate`, on by default): renders the CRD YAML and
 //!   `docs/crd-reference.md` (the `crdgen` binary). The node and the operator build
 //!   without it.
@@ -24,6 +25,7 @@ pub mod conditions;
 pub mod generate;
 pub mod node_config;
 pub mod quantity;
+pub mod tags;
 
 pub use cachecluster::{CacheCluster, CacheClusterSpec, CacheClusterStatus};
 

@@ -289,6 +289,11 @@ pub enum MemberState {
 }
 
 impl MemberState {
+    /// True if members in this state own keys (only active ones do).
+    pub fn owns_keys(self) -> bool {
+        matches!(self, Self::Active)
+    }
+
     /// The lower-case name used in topology documents, status and answers.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -505,7 +510,7 @@ pub enum NodeConfigError {
     #[error("node config field '{field}' cannot change without a restart")]
     NotLive {
         /// The camelCase field name.
-        field: &'static str,
+        field: String,
     },
 }
 
@@ -568,28 +573,103 @@ impl NodeConfig {
         )
     }
 
-    /// Refuses fields that only take effect at start, for the `configure` action.
+    /// Refuses fields that only take effect at start, for the `configure` action: any
+    /// field set that is not a [`LiveField`].
     ///
     /// # Errors
     /// [`NodeConfigError::NotLive`] naming the first such field.
     pub fn ensure_live_only(&self) -> Result<(), NodeConfigError> {
-        let restart_only = [
-            ("listen", self.listen.is_some()),
-            ("metricsListen", self.metrics_listen.is_some()),
-            ("authTokenFile", self.auth_token_file.is_some()),
-            ("adminTokenFile", self.admin_token_file.is_some()),
-            ("peerTokenFile", self.peer_token_file.is_some()),
-            ("tlsCertFile", self.tls_cert_file.is_some()),
-            ("tlsKeyFile", self.tls_key_file.is_some()),
-            ("tlsCaFile", self.tls_ca_file.is_some()),
-            ("tlsClientAuth", self.tls_client_auth.is_some()),
-            ("shutdownGrace", self.shutdown_grace.is_some()),
-            ("maxConnections", self.max_connections.is_some()),
-        ];
-        match restart_only.into_iter().find(|(_, set)| *set) {
-            Some((field, _)) => Err(NodeConfigError::NotLive { field }),
+        let set = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(fields)) => fields,
+            _ => return Ok(()),
+        };
+        match set.keys().find(|name| {
+            !LiveField::ALL
+                .iter()
+                .any(|live| live.name() == name.as_str())
+        }) {
+            Some(field) => Err(NodeConfigError::NotLive {
+                field: field.clone(),
+            }),
             None => Ok(()),
         }
+    }
+
+    /// This document's live fields that `wanted` selects; every other field unset.
+    #[must_use]
+    pub fn live_part(&self, wanted: impl Fn(LiveField) -> bool) -> Self {
+        let mut live = Self::default();
+        for field in LiveField::ALL.into_iter().filter(|field| wanted(*field)) {
+            match field {
+                LiveField::Generation => live.generation = self.generation,
+                LiveField::MaxEntries => live.max_entries = self.max_entries,
+                LiveField::MemoryBudget => live.memory_budget.clone_from(&self.memory_budget),
+                LiveField::MaxEntrySize => live.max_entry_size.clone_from(&self.max_entry_size),
+                LiveField::Ttl => live.ttl.clone_from(&self.ttl),
+                LiveField::TtlMode => live.ttl_mode = self.ttl_mode,
+                LiveField::Eviction => live.eviction = self.eviction,
+                LiveField::LocationMode => live.location_mode = self.location_mode,
+            }
+        }
+        live
+    }
+}
+
+/// A field of the node config document that a running node takes without a restart (the
+/// `configure` action): the one list the node's live-only check, the operator's live
+/// push and the spec's change classes (a test in `cachecluster::change_class`) follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LiveField {
+    /// `generation`.
+    Generation,
+    /// `maxEntries`.
+    MaxEntries,
+    /// `memoryBudget`: follows the pool's memory limit.
+    MemoryBudget,
+    /// `maxEntrySize`: follows the pool's memory limit.
+    MaxEntrySize,
+    /// `ttl`.
+    Ttl,
+    /// `ttlMode`.
+    TtlMode,
+    /// `eviction`.
+    Eviction,
+    /// `locationMode`.
+    LocationMode,
+}
+
+impl LiveField {
+    /// Every live field.
+    pub const ALL: [Self; 8] = [
+        Self::Generation,
+        Self::MaxEntries,
+        Self::MemoryBudget,
+        Self::MaxEntrySize,
+        Self::Ttl,
+        Self::TtlMode,
+        Self::Eviction,
+        Self::LocationMode,
+    ];
+
+    /// The field's name in the document (camelCase).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Generation => "generation",
+            Self::MaxEntries => "maxEntries",
+            Self::MemoryBudget => "memoryBudget",
+            Self::MaxEntrySize => "maxEntrySize",
+            Self::Ttl => "ttl",
+            Self::TtlMode => "ttlMode",
+            Self::Eviction => "eviction",
+            Self::LocationMode => "locationMode",
+        }
+    }
+
+    /// Whether the field follows the pool's memory limit: pushed only with a memory
+    /// change (the byte budget lowered before the container's limit, raised after it),
+    /// never with a plain config change.
+    pub fn follows_memory(self) -> bool {
+        matches!(self, Self::MemoryBudget | Self::MaxEntrySize)
     }
 }
 
@@ -736,10 +816,61 @@ mod tests {
         let config = NodeConfig::from_json(r#"{"ttl": "5m", "listen": "0.0.0.0:1"}"#).unwrap();
         assert!(matches!(
             config.ensure_live_only(),
-            Err(NodeConfigError::NotLive { field: "listen" })
+            Err(NodeConfigError::NotLive { field }) if field == "listen"
         ));
         let live = NodeConfig::from_json(r#"{"ttl": "5m", "maxEntries": 9}"#).unwrap();
         assert!(live.ensure_live_only().is_ok());
+    }
+
+    /// A document with every field set, so each field's name shows in its JSON.
+    fn every_field_set() -> NodeConfig {
+        NodeConfig::from_json(
+            r#"{"generation": 3, "listen": "0.0.0.0:1", "metricsListen": "0.0.0.0:2",
+                "maxEntries": 9, "memoryBudget": "64MiB", "maxEntrySize": "1MiB", "ttl": "5m",
+                "ttlMode": "sliding", "eviction": "lru", "authTokenFile": "/a",
+                "adminTokenFile": "/b", "peerTokenFile": "/c", "tlsCertFile": "/d",
+                "tlsKeyFile": "/e", "tlsCaFile": "/f", "tlsClientAuth": "required",
+                "shutdownGrace": "20s", "locationMode": "proxy", "maxConnections": 5}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_live_part_holds_exactly_the_live_fields_and_passes_the_live_only_check() {
+        let full = every_field_set();
+        let Ok(serde_json::Value::Object(all)) = serde_json::to_value(&full) else {
+            panic!("a document is an object");
+        };
+        assert_eq!(all.len(), 19, "every field of the document is set");
+        let live = full.live_part(|_| true);
+        let Ok(serde_json::Value::Object(kept)) = serde_json::to_value(&live) else {
+            panic!("a document is an object");
+        };
+        let names: Vec<&str> = LiveField::ALL.iter().map(|f| f.name()).collect();
+        let mut kept_names: Vec<&str> = kept.keys().map(String::as_str).collect();
+        kept_names.sort_unstable();
+        let mut expected = names.clone();
+        expected.sort_unstable();
+        assert_eq!(kept_names, expected);
+        for (name, value) in &kept {
+            assert_eq!(all.get(name), Some(value), "{name} copied as it was");
+        }
+        assert!(live.ensure_live_only().is_ok());
+        // Every other field is refused live, named.
+        for name in all.keys().filter(|name| !names.contains(&name.as_str())) {
+            let mut one = live.clone();
+            let mut value = serde_json::to_value(&one).unwrap();
+            value[name.as_str()] = all[name].clone();
+            one = serde_json::from_value(value).unwrap();
+            assert!(
+                matches!(one.ensure_live_only(), Err(NodeConfigError::NotLive { ref field }) if field == name),
+                "{name}"
+            );
+        }
+        let without_memory = full.live_part(|field| !field.follows_memory());
+        assert_eq!(without_memory.memory_budget, None);
+        assert_eq!(without_memory.max_entry_size, None);
+        assert_eq!(without_memory.ttl, full.ttl);
     }
 
     proptest::proptest! {

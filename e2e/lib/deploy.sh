@@ -40,7 +40,11 @@ install_operator() {
   kctl -n "$SYSTEM_NS" rollout status deploy/flightcache-operator --timeout=120s >/dev/null
 }
 
-# uninstall_operator: removes the chart's release (the CRD stays, as with helm).
+# uninstall_operator: removes the chart's release (the CRD stays, as with helm), first
+# keeping every operator replica's whole log in $STATE/logs/operator-$SUITE.log: a CI
+# failure prints only its tail, and the passes before it are what explain it.
 uninstall_operator() {
+  kctl -n "$SYSTEM_NS" logs -l app.kubernetes.io/name=flightcache-operator --tail=-1 \
+    --prefix --max-log-requests 4 >"$STATE/logs/operator-${SUITE:-e2e}.log" 2>&1 || true
   "$ROOT/scripts/helm" uninstall flightcache -n "$SYSTEM_NS" --kubeconfig "$KUBECONFIG_FILE" >/dev/null 2>&1 || true
 }

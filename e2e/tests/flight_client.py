@@ -4,6 +4,8 @@ Service by its DNS name, authenticate, put and get. Usage:
     flight_client.py put|get HOST PORT TOKEN KEY ROWS
     flight_client.py put-many|count HOST PORT TOKEN PREFIX COUNT
     flight_client.py action HOST PORT TOKEN ACTION EXPECT
+    flight_client.py put-tagged HOST PORT TOKEN PREFIX COUNT
+    flight_client.py invalidate-tag HOST PORT TOKEN TAG REMOVED
 
 `put` puts KEY and reads it back; `get` reads KEY and compares it with what `put` wrote.
 `put-many` puts PREFIX/0 .. PREFIX/COUNT-1 (each on a new connection, so the Service
@@ -12,6 +14,10 @@ and prints how many are present and byte-identical (a key that differs fails the
 `action` runs the DoAction ACTION (empty body) and fails unless its outcome is EXPECT:
 `ok` (the result is printed), `unauthenticated` or `permission-denied` (the message is
 printed).
+`put-tagged` is `put-many` with each key tagged `PREFIX:even` or `PREFIX:odd` (its
+put options, `{"tags": [...]}`, on the first batch as pyarrow sends them).
+`invalidate-tag` runs `invalidate-tag` for TAG and fails unless the pool answers that it
+removed REMOVED entries.
 TOKEN "-" means the cluster has no auth. With FLIGHTCACHE_TLS_CA set (a PEM file), the
 client speaks TLS (`grpc+tls://`) and trusts that CA; with FLIGHTCACHE_TLS_CLIENT_CERT and
 FLIGHTCACHE_TLS_CLIENT_KEY set too, it presents that client certificate.
@@ -70,27 +76,39 @@ def dial(host: str, port: str) -> flight.FlightClient:
     return flight.connect(f"grpc+tls://{host}:{port}", tls_root_certs=read(ca), **identity, **options)
 
 
-def wait_for_route(host: str, port: str, within_s: float = 10.0) -> None:
+def wait_for_route(host: str, port: str, within_s: float = 10.0) -> str:
     """Waits until a TCP connection to HOST:PORT is accepted, at most WITHIN_S seconds. A
     pool's pods can be Ready a moment before kube-proxy routes its Service to them (one
     TLS run failed its first Handshake 1.3 s after Ready), and gRPC fails a call at once
     while its connection is refused: only DoGet and DoPut wait for a connection (the
-    client settings), not the Handshake this client starts with."""
-    deadline = time.monotonic() + within_s
+    client settings), not the Handshake this client starts with. Returns what it saw, for
+    the error of a Handshake that fails anyway."""
+    started = time.monotonic()
+    refused = 0
     while True:
         try:
             socket.create_connection((host, int(port)), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() >= deadline:
-                return  # the call below then fails with gRPC's own message
+            return f"a TCP connection was accepted after {time.monotonic() - started:.1f} s ({refused} refused before)"
+        except OSError as err:
+            refused += 1
+            if time.monotonic() - started >= within_s:
+                # The call below then fails with gRPC's own message.
+                return f"no TCP connection accepted within {within_s:g} s ({refused} tries, last: {err})"
             time.sleep(0.1)
 
 
 def connect(host: str, port: str, token: str) -> tuple[flight.FlightClient, flight.FlightCallOptions]:
-    wait_for_route(host, port)
+    route = wait_for_route(host, port)
     client = dial(host, port)
-    headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
+    try:
+        headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
+    except flight.FlightError:
+        # Say where the time went: a route that never came, or a Handshake that failed on
+        # a route that works (a CI run of 3623312 saw "Could not finish writing before
+        # closing" 18 s after the pool was Ready; two runs on a fresh cluster did not).
+        # The error itself goes on as it is: callers retry on its type.
+        print(f"Handshake with {host}:{port} failed; before it, {route}", file=sys.stderr)
+        raise
     return client, flight.FlightCallOptions(headers=headers, timeout=20)
 
 
@@ -99,9 +117,15 @@ def ticket(key: str) -> flight.Ticket:
     return flight.Ticket(b"FCT\x01P" + key.encode())
 
 
-def put(client, options, key: str, expected: pa.Table) -> None:
+def put(client, options, key: str, expected: pa.Table, tags: list | None = None) -> None:
     writer, _ = client.do_put(flight.FlightDescriptor.for_path(*key.split("/")), expected.schema, options)
-    writer.write_table(expected)
+    if tags is None:
+        writer.write_table(expected)
+    else:
+        batches = expected.to_batches()
+        writer.write_with_metadata(batches[0], json.dumps({"tags": tags}).encode())
+        for batch in batches[1:]:
+            writer.write_batch(batch)
     writer.close()
 
 
@@ -122,6 +146,18 @@ def main() -> None:
             put(client, options, f"{key}/{i}", table(50, i))
             client.close()
         print(f"put {n} keys under {key}/")
+    elif verb == "put-tagged":
+        for i in range(int(n)):
+            client, options = connect(host, port, token)
+            put(client, options, f"{key}/{i}", table(50, i), tags=[f"{key}:{'odd' if i % 2 else 'even'}"])
+            client.close()
+        print(f"put {n} tagged keys under {key}/")
+    elif verb == "invalidate-tag":
+        client, options = connect(host, port, token)
+        body = json.dumps({"tags": [key]}).encode()
+        answer = json.loads(list(client.do_action(flight.Action("invalidate-tag", body), options))[0].body.to_pybytes())
+        assert answer == {"removed": int(n)}, f"invalidate-tag {key}: {answer}, expected {n} removed"
+        print(f"invalidate-tag {key}: {answer['removed']} removed")
     elif verb == "count":
         present = 0
         for i in range(int(n)):

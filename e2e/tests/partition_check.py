@@ -181,7 +181,10 @@ def main() -> int:
         else:
             reads["stale"] += 1
             stale.append({"key": f"fresh/{i}", "read": got, "expected": expect[i],
-                          "seconds_after_change": round(time.monotonic() - changed_at[i], 1)})
+                          "seconds_after_change": round(time.monotonic() - changed_at[i], 1),
+                          # to be read beside the nodes' and the operator's logs
+                          "at": time.strftime("%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z",
+                          "wave": changes[i]["wave"], "change_tries": changes[i]["tries"]})
     session.drop()
 
     copies = {pod: own_copies(f"{pod}.{pool}-nodes.{namespace}.svc.cluster.local", peer_token) for pod in pods}

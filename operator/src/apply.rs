@@ -3,13 +3,14 @@
 //! One field manager; order per pool: ConfigMap, Services, PDB, StatefulSet last, so
 //! a pod never starts against a missing config.
 //!
-//! Owns: every write of children (server-side apply with the one field manager, the
-//! ServiceMonitor, deletion of orphans) and what it reports ([`Applied`],
-//! [`ApplyFailed`]). Must not import `plan`, `execute`, `nodes` or `status`: no node
-//! calls, no status write; the objects come from `build`.
+//! Owns: every server-side apply with the one field manager (the children, the
+//! ServiceMonitor, the CacheCluster's status), deletion of orphans, and what it reports
+//! ([`Applied`], [`ApplyFailed`]). Must not import `plan`, `execute`, `nodes` or
+//! `status`: no node calls; the objects come from `build`, the status from `status`.
 
 use std::collections::BTreeSet;
 
+use crds::cachecluster::{CacheCluster, CacheClusterStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -20,13 +21,13 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use crate::build::{DesiredPool, names};
 use crate::error::{Error, Result};
 use crate::validate::ValidatedCluster;
 
-/// The field manager of every apply.
-pub const FIELD_MANAGER: &str = "flightcache-operator";
+pub use crate::build::names::FIELD_MANAGER;
 
 /// What the apply step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -358,6 +359,35 @@ where
         "Pod" => "Pod",
         _ => "object",
     }
+}
+
+/// Writes `status` to the object's `/status` subresource.
+///
+/// # Errors
+/// [`Error::Status`].
+pub async fn apply_status(
+    client: &Client,
+    cc: &CacheCluster,
+    status: &CacheClusterStatus,
+) -> Result<()> {
+    let api: Api<CacheCluster> =
+        Api::namespaced(client.clone(), &cc.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "flightcache.dev/v1alpha1",
+        "kind": "CacheCluster",
+        "status": status,
+    });
+    api.patch_status(
+        &cc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::Status {
+        name: cc.name_any(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -6,14 +6,13 @@
 //! Level-triggered and idempotent: desired state comes from the current object only,
 //! and a second pass over an unchanged object changes nothing.
 //!
-//! Owns: [`Context`], the order of a pass, the events of what apply changed and of
-//! failures (each gated on a transition), and the error policy. It may import every
-//! step; no step imports it except `execute` (for [`Context`]: client, metrics,
-//! events).
+//! Owns: the order of a pass, the events of what apply changed and of failures (each
+//! gated on a transition), and the error policy. It may import every step; no step
+//! imports it (the state they share, [`Context`], is `context`'s).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crds::cachecluster::{CacheCluster, CacheClusterStatus};
@@ -24,11 +23,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::build::{self, PoolLayout, names};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, PoolFigures, PoolLabels};
 use crate::nodeloss;
@@ -36,7 +36,7 @@ use crate::nodes::{NodeAdmin, NodeTls};
 use crate::observe::{self, Observed};
 use crate::plan::{self, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
-use crate::validate::{self, Defaults, ValidatedCluster};
+use crate::validate::{self, ValidatedCluster};
 use crate::{apply, execute, secrets};
 
 /// How soon to look again while a pool changes (each pass takes one step).
@@ -49,104 +49,7 @@ const IDLE_REQUEUE: Duration = Duration::from_secs(300);
 /// Retry delay after a transient failure.
 const ERROR_REQUEUE: Duration = Duration::from_secs(10);
 
-/// Shared state of every reconcile.
-pub struct Context {
-    /// API client.
-    pub client: Client,
-    /// Operator-wide defaults.
-    pub defaults: Defaults,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// Event recorder.
-    pub recorder: Recorder,
-    /// False once the API server refused a pod resize: memory changes then restart.
-    pub resize_supported: std::sync::atomic::AtomicBool,
-    /// The clusters whose ServiceMonitor was unavailable on their last pass.
-    monitors_unavailable: UnavailableMonitors,
-    /// What reading Nodes (for ring zones) has warned about already.
-    pub node_read_warnings: observe::NodeReadWarnings,
-    /// With leader election: this replica's term, checked before each write of a pass.
-    pub term: Option<Arc<crate::leader::Term>>,
-}
-
-impl Context {
-    /// A context publishing events as `identity`.
-    pub fn new(client: Client, defaults: Defaults, metrics: Arc<Metrics>, identity: &str) -> Self {
-        let reporter = Reporter {
-            controller: "flightcache-operator".into(),
-            instance: Some(identity.to_owned()),
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            defaults,
-            metrics,
-            resize_supported: std::sync::atomic::AtomicBool::new(true),
-            monitors_unavailable: UnavailableMonitors::default(),
-            node_read_warnings: observe::NodeReadWarnings::default(),
-            term: None,
-        }
-    }
-
-    /// This context, acting only within `term` (leader election).
-    #[must_use]
-    pub fn with_term(mut self, term: Arc<crate::leader::Term>) -> Self {
-        self.term = Some(term);
-        self
-    }
-
-    /// Fails unless this replica may still write: without leader election always, with it
-    /// while its term lasts ([`crate::leader::Term`]). Asked before each write of a pass,
-    /// so a leader frozen or cut off mid-pass does not finish it on stale reads once a
-    /// standby may have taken over.
-    fn still_leading(&self) -> Result<()> {
-        match &self.term {
-            Some(term) if !term.holds() => Err(Error::NotLeading),
-            _ => Ok(()),
-        }
-    }
-
-    pub(crate) async fn publish(
-        &self,
-        cc: &CacheCluster,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(bounded_note(note)),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&event, &cc.object_ref(&())).await {
-            tracing::warn!(error = %err, reason, "failed to publish event");
-        }
-    }
-}
-
-/// The most an `events.k8s.io/v1` Event's note may hold; the API server refuses a
-/// longer one (and the event is lost).
-const EVENT_NOTE_MAX_BYTES: usize = 1024;
-
-/// `note` cut to [`EVENT_NOTE_MAX_BYTES`] at a character boundary, ending in `…` when
-/// cut (an invalid spec over many pools, a long error chain).
-fn bounded_note(mut note: String) -> String {
-    if note.len() <= EVENT_NOTE_MAX_BYTES {
-        return note;
-    }
-    const ELLIPSIS: &str = "…";
-    let mut end = EVENT_NOTE_MAX_BYTES - ELLIPSIS.len();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    note.truncate(end);
-    note.push_str(ELLIPSIS);
-    note
-}
-
-/// One reconcile pass of `cc`.
+/// One reconcile pass of `cc`: the pipeline, each stage a function below.
 ///
 /// # Errors
 /// The step that failed; an invalid spec is reported in status first.
@@ -154,95 +57,145 @@ fn bounded_note(mut note: String) -> String {
 pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
     ctx.still_leading()?;
-    let namespace = cc.namespace().unwrap_or_default();
-    let name = cc.name_any();
-    let owner_uid = cc.metadata.uid.clone().unwrap_or_default();
-    let observed = observe::observe(
-        &ctx.client,
-        &namespace,
-        &name,
-        &owner_uid,
-        &ctx.node_read_warnings,
-    )
-    .await?;
-    let cluster = match validate::validate(&cc, &ctx.defaults) {
-        Ok(cluster) => cluster,
-        Err(invalid) => {
-            let message = invalid.to_string();
-            let status = status::compute(
-                cc.status.as_ref(),
-                cc.metadata.generation,
-                &Outcome::InvalidSpec(message.clone()),
-                &crate::now(),
-            );
-            status::apply_status(&ctx.client, &cc, &status).await?;
-            ctx.publish(&cc, EventType::Warning, "InvalidSpec", message)
-                .await;
-            return Err(Error::InvalidSpec(invalid));
-        }
-    };
-    let admin = match node_admin(&ctx, &cluster).await {
-        Ok(admin) => admin,
-        Err(err) => {
-            // A generated Secret that cannot be made or used (say, one of that name not
-            // owned by this cluster) blocks every node call: Degraded, with the reason.
-            let message = crate::chain(&err);
-            let status = status::compute(
-                cc.status.as_ref(),
-                cc.metadata.generation,
-                &Outcome::ApplyFailed(message.clone()),
-                &crate::now(),
-            );
-            status::apply_status(&ctx.client, &cc, &status).await?;
-            // Once per failure, not on every retry while it lasts.
-            if degraded_is_new(cc.status.as_ref(), reasons::APPLY_FAILED, &message) {
-                ctx.publish(&cc, EventType::Warning, "SecretFailed", message)
-                    .await;
-            }
-            return Err(err);
-        }
-    };
-    let observations = observe::observe_pools(
-        &cluster,
-        &observed,
-        &admin,
-        cc.status.as_ref(),
-        ctx.resize_supported.load(Ordering::Relaxed),
-    )
-    .await;
-    let plans: Vec<(PoolPlan, PoolObservation)> = cluster
-        .pools
-        .iter()
-        .zip(observations)
-        .map(|(pool, observation)| (plan::plan_pool(&cluster, pool, &observation), observation))
-        .collect();
-    // Pods on lost Kubernetes nodes leave the Services (and, past the bound, the node)
-    // before anything slower runs; the plans above already took them out of the ring.
-    let node_loss = nodeloss::plan_node_loss(&observed.pods, &observed.node_health);
-    if node_loss.any() {
-        ctx.still_leading()?;
-        execute::run_node_loss(&ctx, &cc, &namespace, &node_loss).await;
-    }
-    let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
-    let desired = build::desired_resources(&cluster, &layouts);
-    ctx.still_leading()?;
-    let applied = match apply::apply_cluster(&ctx.client, &cluster, &desired).await {
-        Ok(applied) => applied,
-        Err(failed) => return Err(report_apply_failure(&ctx, &cc, failed).await?),
-    };
-    report_applied(&ctx, &cc, &cluster, &observed, &applied).await;
+    let observed = observe_children(&ctx, &cc).await?;
+    let cluster = validate_spec(&ctx, &cc).await?;
+    let admin = node_admin_or_degraded(&ctx, &cc, &cluster).await?;
+    let plans = plan_pools(&ctx, &cc, &cluster, &observed, &admin).await;
+    let node_loss = act_on_node_loss(&ctx, &cc, &observed).await?;
+    apply_children(&ctx, &cc, &cluster, &observed, &plans).await?;
     ctx.still_leading()?;
     execute::run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
     record_pool_metrics(&ctx.metrics, &cluster, &plans);
-    let progressing = plans.iter().any(|(plan, _)| plan.progressing());
+    publish_status(&ctx, &cc, &cluster, &plans).await?;
+    Ok(Action::requeue(next_pass_in(&plans, &node_loss, &observed)))
+}
+
+/// The cluster's children and pods as they are, owned by `cc`.
+async fn observe_children(ctx: &Context, cc: &CacheCluster) -> Result<Observed> {
+    let namespace = cc.namespace().unwrap_or_default();
+    let owner_uid = cc.metadata.uid.clone().unwrap_or_default();
+    observe::observe(
+        &ctx.client,
+        &namespace,
+        &cc.name_any(),
+        &owner_uid,
+        &ctx.node_read_warnings,
+    )
+    .await
+}
+
+/// The spec, validated; an invalid one is reported (status and a Warning event) and
+/// ends the pass.
+async fn validate_spec(ctx: &Context, cc: &CacheCluster) -> Result<ValidatedCluster> {
+    match validate::validate(cc, &ctx.defaults) {
+        Ok(cluster) => Ok(cluster),
+        Err(invalid) => {
+            let message = invalid.to_string();
+            let outcome = Outcome::InvalidSpec(message.clone());
+            report_failure(ctx, cc, &outcome, ("InvalidSpec", message), Publish::Always).await?;
+            Err(Error::InvalidSpec(invalid))
+        }
+    }
+}
+
+/// The client for the cluster's nodes. A generated Secret that cannot be made or used
+/// (say, one of that name not owned by this cluster) blocks every node call: Degraded,
+/// with the reason.
+async fn node_admin_or_degraded(
+    ctx: &Context,
+    cc: &CacheCluster,
+    cluster: &ValidatedCluster,
+) -> Result<NodeAdmin> {
+    match node_admin(ctx, cluster).await {
+        Ok(admin) => Ok(admin),
+        Err(err) => {
+            let message = crate::chain(&err);
+            let outcome = Outcome::ApplyFailed(message.clone());
+            let event = ("SecretFailed", message);
+            report_failure(ctx, cc, &outcome, event, Publish::WhenNew).await?;
+            Err(err)
+        }
+    }
+}
+
+/// What each pool's nodes report, and each pool's plan for this pass.
+async fn plan_pools(
+    ctx: &Context,
+    cc: &CacheCluster,
+    cluster: &ValidatedCluster,
+    observed: &Observed,
+    admin: &NodeAdmin,
+) -> Vec<(PoolPlan, PoolObservation)> {
+    let resize_supported = ctx.resize_supported.load(Ordering::Relaxed);
+    let observations = observe::observe_pools(
+        cluster,
+        observed,
+        admin,
+        cc.status.as_ref(),
+        resize_supported,
+    )
+    .await;
+    cluster
+        .pools
+        .iter()
+        .zip(observations)
+        .map(|(pool, observation)| (plan::plan_pool(cluster, pool, &observation), observation))
+        .collect()
+}
+
+/// Pods on lost Kubernetes nodes leave the Services (and, past the bound, the node)
+/// before anything slower runs; the plans already took them out of the ring.
+async fn act_on_node_loss(
+    ctx: &Context,
+    cc: &CacheCluster,
+    observed: &Observed,
+) -> Result<nodeloss::NodeLossPlan> {
+    let node_loss = nodeloss::plan_node_loss(&observed.pods, &observed.node_health);
+    if node_loss.any() {
+        ctx.still_leading()?;
+        let namespace = cc.namespace().unwrap_or_default();
+        execute::run_node_loss(ctx, cc, &namespace, &node_loss).await;
+    }
+    Ok(node_loss)
+}
+
+/// The desired children, built from the plans' layouts and applied; what changed is
+/// published, a failure reported.
+async fn apply_children(
+    ctx: &Context,
+    cc: &CacheCluster,
+    cluster: &ValidatedCluster,
+    observed: &Observed,
+    plans: &[(PoolPlan, PoolObservation)],
+) -> Result<()> {
+    let layouts: Vec<PoolLayout> = plans.iter().map(|(plan, _)| plan.layout.clone()).collect();
+    let desired = build::desired_resources(cluster, &layouts);
+    ctx.still_leading()?;
+    match apply::apply_cluster(&ctx.client, cluster, &desired).await {
+        Ok(applied) => {
+            report_applied(ctx, cc, cluster, observed, &applied).await;
+            Ok(())
+        }
+        Err(failed) => Err(report_apply_failure(ctx, cc, failed).await?),
+    }
+}
+
+/// The status of a pass that reached the end, written when it differs.
+async fn publish_status(
+    ctx: &Context,
+    cc: &CacheCluster,
+    cluster: &ValidatedCluster,
+    plans: &[(PoolPlan, PoolObservation)],
+) -> Result<()> {
+    let outcome = Outcome::Reconciled {
+        pools: status::pool_statuses(cluster, plans, cc.status.as_ref()),
+        phases: plans.iter().map(|(plan, _)| plan.phase.clone()).collect(),
+    };
     let mut status = status::compute(
         cc.status.as_ref(),
         cc.metadata.generation,
-        &Outcome::Reconciled {
-            pools: status::pool_statuses(&cluster, &plans, cc.status.as_ref()),
-            phases: plans.iter().map(|(plan, _)| plan.phase.clone()).collect(),
-        },
-        &crate::now(),
+        &outcome,
+        &crate::clock::now(),
     );
     status.client_token_secret = cluster
         .client_token
@@ -250,15 +203,62 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
         .map(|token| format!("{}/{}", token.secret, token.key));
     if cc.status.as_ref() != Some(&status) {
         ctx.still_leading()?;
-        status::apply_status(&ctx.client, &cc, &status).await?;
+        apply::apply_status(&ctx.client, cc, &status).await?;
     }
-    Ok(Action::requeue(if progressing || node_loss.any() {
-        ROLLOUT_REQUEUE
-    } else {
-        nodeloss::next_check(observed.node_health.values()).map_or(IDLE_REQUEUE, |seconds| {
-            IDLE_REQUEUE.min(Duration::from_secs(seconds))
-        })
-    }))
+    Ok(())
+}
+
+/// When to look again: soon while a pool changes or a node is lost, else at the idle
+/// resync or when the stalest Node heartbeat would turn lost, whichever comes first.
+fn next_pass_in(
+    plans: &[(PoolPlan, PoolObservation)],
+    node_loss: &nodeloss::NodeLossPlan,
+    observed: &Observed,
+) -> Duration {
+    let progressing = plans.iter().any(|(plan, _)| plan.progressing());
+    if progressing || node_loss.any() {
+        return ROLLOUT_REQUEUE;
+    }
+    nodeloss::next_check(observed.node_health.values()).map_or(IDLE_REQUEUE, |seconds| {
+        IDLE_REQUEUE.min(Duration::from_secs(seconds))
+    })
+}
+
+/// Whether a failure's Warning event goes out on every pass or once per failure.
+enum Publish {
+    Always,
+    /// Once per failure, not on every retry while it lasts ([`degraded_is_new`]).
+    WhenNew,
+}
+
+/// A failed pass reported: its status (`Degraded`) written, and its Warning event
+/// (reason, note) published as `publish` says.
+async fn report_failure(
+    ctx: &Context,
+    cc: &CacheCluster,
+    outcome: &Outcome,
+    (reason, message): (&str, String),
+    publish: Publish,
+) -> Result<()> {
+    let status = status::compute(
+        cc.status.as_ref(),
+        cc.metadata.generation,
+        outcome,
+        &crate::clock::now(),
+    );
+    apply::apply_status(&ctx.client, cc, &status).await?;
+    let degraded_reason = match outcome {
+        Outcome::InvalidSpec(_) => reasons::INVALID_SPEC,
+        _ => reasons::APPLY_FAILED,
+    };
+    let news = match publish {
+        Publish::Always => true,
+        Publish::WhenNew => degraded_is_new(cc.status.as_ref(), degraded_reason, &message),
+    };
+    if news {
+        ctx.publish(cc, EventType::Warning, reason, message).await;
+    }
+    Ok(())
 }
 
 /// The client for the cluster's nodes, with the admin token of the cluster's internal
@@ -295,18 +295,9 @@ async fn report_apply_failure(
 ) -> Result<Error> {
     if failed.children {
         let message = crate::chain(&failed.error);
-        let status = status::compute(
-            cc.status.as_ref(),
-            cc.metadata.generation,
-            &Outcome::ApplyFailed(message.clone()),
-            &crate::now(),
-        );
-        status::apply_status(&ctx.client, cc, &status).await?;
-        // Once per failure, not on every retry while it lasts.
-        if degraded_is_new(cc.status.as_ref(), reasons::APPLY_FAILED, &message) {
-            ctx.publish(cc, EventType::Warning, "ApplyFailed", message)
-                .await;
-        }
+        let outcome = Outcome::ApplyFailed(message.clone());
+        let event = ("ApplyFailed", message);
+        report_failure(ctx, cc, &outcome, event, Publish::WhenNew).await?;
     }
     Ok(failed.error)
 }
@@ -380,35 +371,6 @@ fn degraded_is_new(previous: Option<&CacheClusterStatus>, reason: &str, message:
                 && c.message == message
         })
     })
-}
-
-/// The clusters (namespace, name) whose ServiceMonitor was unavailable on their last
-/// pass, so `ServiceMonitorUnavailable` is published when that starts, not on every pass
-/// while it lasts. Kept in memory: a restarted operator reports it once more.
-#[derive(Debug, Default)]
-struct UnavailableMonitors(Mutex<BTreeSet<(String, String)>>);
-
-impl UnavailableMonitors {
-    /// Records whether the ServiceMonitor of `namespace/name` is unavailable on this
-    /// pass; true when it just became so (it was not on the cluster's last pass).
-    fn became_unavailable(&self, namespace: &str, name: &str, unavailable: bool) -> bool {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = (namespace.to_owned(), name.to_owned());
-        if unavailable {
-            set.insert(key)
-        } else {
-            set.remove(&key);
-            false
-        }
-    }
-
-    /// Forgets a deleted cluster.
-    fn forget(&self, namespace: &str, name: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(namespace.to_owned(), name.to_owned()));
-    }
 }
 
 /// The pool size a scale starts from: the desired shards the last status recorded (so a
@@ -540,20 +502,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn an_event_note_is_cut_to_what_the_api_server_takes() {
-        assert_eq!(bounded_note("short".into()), "short");
-        let exact = "x".repeat(EVENT_NOTE_MAX_BYTES);
-        assert_eq!(bounded_note(exact.clone()), exact);
-        // An invalid spec over every pool says more than 1 KiB; multi-byte characters are
-        // never split.
-        let long = "spec.pools[15].memoryLimit must be between 64Mi and 1Ti — ".repeat(40);
-        let cut = bounded_note(long.clone());
-        assert!(cut.len() <= EVENT_NOTE_MAX_BYTES, "{}", cut.len());
-        assert!(cut.ends_with('…'));
-        assert!(long.starts_with(cut.trim_end_matches('…')));
-    }
-
     fn statefulset(replicas: i32) -> StatefulSet {
         StatefulSet {
             spec: Some(StatefulSetSpec {
@@ -652,23 +600,5 @@ mod tests {
             reasons::APPLY_FAILED,
             message
         ));
-    }
-
-    #[test]
-    fn service_monitor_unavailable_is_published_when_it_starts_not_on_every_pass() {
-        let memory = UnavailableMonitors::default();
-        // The transition: first pass without the ServiceMonitor resource.
-        assert!(memory.became_unavailable("ns", "demo", true));
-        // The repeat: later passes while it lasts.
-        assert!(!memory.became_unavailable("ns", "demo", true));
-        assert!(!memory.became_unavailable("ns", "demo", true));
-        // Another cluster has its own transition.
-        assert!(memory.became_unavailable("ns", "other", true));
-        // Available again (or turned off), then unavailable: a new transition.
-        assert!(!memory.became_unavailable("ns", "demo", false));
-        assert!(memory.became_unavailable("ns", "demo", true));
-        // A deleted cluster is forgotten: a new one of that name starts afresh.
-        memory.forget("ns", "demo");
-        assert!(memory.became_unavailable("ns", "demo", true));
     }
 }

@@ -7,7 +7,7 @@
 //! nodes then report. A failed node-loss write is logged and tried again next pass.
 //!
 //! Owns: the order of a plan's node calls and pod operations, with their events and
-//! metrics. Imports `controller` only for [`Context`], and `observe` for the reads a
+//! metrics. Imports `context` for [`Context`], and `observe` for the reads a
 //! force delete needs first (claims, volumes, the other nodes' Leases); must not decide
 //! what to do (that is `plan` and `nodeloss`), write children (`apply`) or the status
 //! (`status`).
@@ -16,19 +16,19 @@ use std::sync::atomic::Ordering;
 
 use crds::admin::AdminAction;
 use crds::cachecluster::CacheCluster;
-use crds::node_config::{NodeConfig, NodeDocument};
+use crds::node_config::{NodeConfig, NodeDocument, Topology};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 
-use crate::controller::Context;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::PoolLabels;
 use crate::nodeloss::{self, LostNode, NodeLossPlan};
 use crate::nodes::NodeAdmin;
 use crate::plan::{PoolObservation, PoolPlan, Step};
-use crate::validate::ValidatedCluster;
+use crate::validate::{ValidatedCluster, ValidatedPool};
 use crate::{build, observe, rollout};
 
 /// Runs the node calls of each pool's plan, in order; a failed call ends that pool's
@@ -40,167 +40,202 @@ pub(crate) async fn run_steps(
     admin: &NodeAdmin,
     plans: &[(PoolPlan, PoolObservation)],
 ) -> Result<()> {
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    let pods = Api::namespaced(ctx.client.clone(), &cluster.namespace);
     for (pool, (plan, observation)) in cluster.pools.iter().zip(plans) {
-        let topology = &plan.layout.topology;
-        if observation
-            .previous
-            .as_ref()
-            .is_some_and(|p| p.version != topology.version)
-        {
-            ctx.publish(
-                cc,
-                EventType::Normal,
-                "RingChanged",
-                crate::ring::ring_changed_note(&pool.name, topology),
-            )
-            .await;
-        }
-        'steps: for step in &plan.steps {
-            match step {
-                Step::HoldOut(names) => set_gates(ctx, cc, &pods_api, names, false).await,
-                Step::Admit(names) => set_gates(ctx, cc, &pods_api, names, true).await,
-                Step::PushRing(targets) => {
-                    let doc = NodeDocument {
-                        config: NodeConfig::default(),
-                        topology: Some(topology.clone()),
-                    };
-                    let results =
-                        join_all(targets.iter().map(|(_, ip)| admin.configure(ip, &doc))).await;
-                    let mut failed = false;
-                    for ((name, _), result) in targets.iter().zip(results) {
-                        if let Err(err) = result {
-                            tracing::warn!(pod = %name, error = %crate::chain(&err), "ring push failed");
-                            ctx.metrics.node_call_failed(AdminAction::Configure);
-                            failed = true;
-                        }
-                    }
-                    if failed {
-                        break 'steps;
-                    }
-                }
-                Step::Rebalance(name, ip) => match admin.rebalance(ip).await {
-                    Ok(moved) => {
-                        ctx.metrics
-                            .pools
-                            .rebalanced(&PoolLabels::of(cluster, &pool.name), moved.moved);
-                        tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, "rebalanced");
-                        if moved.moved > 0 || moved.failed > 0 {
-                            ctx.publish(
-                                cc,
-                                EventType::Normal,
-                                "HandedOff",
-                                format!(
-                                    "{name} handed {} entries ({} bytes) to their owners; {} failed",
-                                    moved.moved, moved.moved_bytes, moved.failed
-                                ),
-                            )
-                            .await;
-                        }
-                        if moved.failed > 0 {
-                            break 'steps;
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(pod = %name, error = %crate::chain(&err), "rebalance failed");
-                        ctx.metrics.node_call_failed(AdminAction::Rebalance);
-                        break 'steps;
-                    }
-                },
-                Step::Evict(name) => match pods_api.evict(name, &EvictParams::default()).await {
-                    Ok(_) => {
-                        ctx.publish(
-                            cc,
-                            EventType::Normal,
-                            "RestartingNode",
-                            format!("restarting {name} to apply the new pod template"),
-                        )
-                        .await;
-                    }
-                    // 429: the PDB does not allow it right now; try again shortly.
-                    Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {
-                        break 'steps;
-                    }
-                    Err(source) => {
-                        return Err(Error::Rollout {
-                            name: name.clone(),
-                            source,
-                        });
-                    }
-                },
-                Step::Resize(name) => {
-                    let (limit, request) = build::statefulset::memory_quantities(pool);
-                    let patch = serde_json::json!({"spec": {"containers": [{
-                        "name": rollout::NODE_CONTAINER,
-                        "resources": {"limits": {"memory": limit}, "requests": {"memory": request}},
-                    }]}});
-                    match pods_api
-                        .patch_subresource(
-                            "resize",
-                            name,
-                            &PatchParams::default(),
-                            &Patch::Strategic(&patch),
-                        )
-                        .await
-                    {
-                        Ok(_) => {
-                            ctx.publish(
-                                cc,
-                                EventType::Normal,
-                                "ResizingNode",
-                                format!("resizing {name} in place to memory limit {limit}"),
-                            )
-                            .await;
-                        }
-                        // No resize subresource (a cluster older than 1.33): restart instead.
-                        Err(kube::Error::Api(status))
-                            if status.code == 404 || status.code == 405 =>
-                        {
-                            tracing::warn!(pod = %name, "pod resize is not available; memory changes restart nodes with handoff");
-                            ctx.resize_supported.store(false, Ordering::Relaxed);
-                            break 'steps;
-                        }
-                        Err(source) => {
-                            return Err(Error::Rollout {
-                                name: name.clone(),
-                                source,
-                            });
-                        }
-                    }
-                }
-                Step::PushConfig(name, ip) | Step::PushBudget(name, ip) => {
-                    let mut config = build::configmap::compute_live_config(cluster, pool);
-                    if matches!(step, Step::PushBudget(..)) {
-                        let full = build::configmap::compute_node_config(cluster, pool);
-                        config.memory_budget = full.memory_budget;
-                        config.max_entry_size = full.max_entry_size;
-                    }
-                    let doc = NodeDocument {
-                        config,
-                        topology: None,
-                    };
-                    match admin.configure(ip, &doc).await {
-                        Ok(applied) => {
-                            tracing::info!(pod = %name, generation = applied.generation, "pushed live config");
-                            ctx.publish(
-                                cc,
-                                EventType::Normal,
-                                "NodeConfigured",
-                                format!("{name} runs config generation {}", applied.generation),
-                            )
-                            .await;
-                        }
-                        Err(err) => {
-                            tracing::warn!(pod = %name, error = %crate::chain(&err), "config push failed");
-                            ctx.metrics.node_call_failed(AdminAction::Configure);
-                            break 'steps;
-                        }
-                    }
-                }
+        let run = PoolRun {
+            ctx,
+            cc,
+            cluster,
+            pool,
+            admin,
+            pods: &pods,
+            topology: &plan.layout.topology,
+        };
+        run.announce_ring_change(observation).await;
+        for step in &plan.steps {
+            if run.step(step).await? == Next::EndPass {
+                break;
             }
         }
     }
     Ok(())
+}
+
+/// What a step's outcome means for the rest of its pool's pass.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    Continue,
+    /// The step failed or cannot be taken now: the next pass plans again.
+    EndPass,
+}
+
+/// One pool's pass: what its steps need.
+struct PoolRun<'a> {
+    ctx: &'a Context,
+    cc: &'a CacheCluster,
+    cluster: &'a ValidatedCluster,
+    pool: &'a ValidatedPool,
+    admin: &'a NodeAdmin,
+    pods: &'a Api<Pod>,
+    topology: &'a Topology,
+}
+
+impl PoolRun<'_> {
+    /// A `RingChanged` event when the ring to push differs from the one last published.
+    async fn announce_ring_change(&self, observation: &PoolObservation) {
+        let previous = observation.previous.as_ref();
+        if previous.is_some_and(|p| p.version != self.topology.version) {
+            let note = crate::ring::ring_changed_note(&self.pool.name, self.topology);
+            self.event(EventType::Normal, "RingChanged", note).await;
+        }
+    }
+
+    async fn step(&self, step: &Step) -> Result<Next> {
+        Ok(match step {
+            Step::HoldOut(names) => self.set_gates(names, false).await,
+            Step::Admit(names) => self.set_gates(names, true).await,
+            Step::PushRing(targets) => self.push_ring(targets).await,
+            Step::Rebalance(name, ip) => self.rebalance(name, ip).await,
+            Step::Evict(name) => self.evict(name).await?,
+            Step::Resize(name) => self.resize(name).await?,
+            Step::PushConfig(name, ip) => self.push_config(name, ip, false).await,
+            Step::PushBudget(name, ip) => self.push_config(name, ip, true).await,
+        })
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        self.ctx.publish(self.cc, type_, reason, note).await;
+    }
+
+    /// A gate write never ends the pass ([`set_gates`]).
+    async fn set_gates(&self, names: &[String], open: bool) -> Next {
+        set_gates(self.ctx, self.cc, self.pods, names, open).await;
+        Next::Continue
+    }
+
+    /// The ring to `targets` at once; any failure ends the pass.
+    async fn push_ring(&self, targets: &[(String, String)]) -> Next {
+        let doc = NodeDocument {
+            config: NodeConfig::default(),
+            topology: Some(self.topology.clone()),
+        };
+        let calls = targets.iter().map(|(_, ip)| self.admin.configure(ip, &doc));
+        let results = join_all(calls).await;
+        let mut next = Next::Continue;
+        for ((name, _), result) in targets.iter().zip(results) {
+            if let Err(err) = result {
+                tracing::warn!(pod = %name, error = %crate::chain(&err), "ring push failed");
+                self.ctx.metrics.node_call_failed(AdminAction::Configure);
+                next = Next::EndPass;
+            }
+        }
+        next
+    }
+
+    /// A node hands off what it does not own; a move that failed for some entries ends
+    /// the pass (nothing is restarted or shrunk on an incomplete handoff).
+    async fn rebalance(&self, name: &str, ip: &str) -> Next {
+        let moved = match self.admin.rebalance(ip).await {
+            Ok(moved) => moved,
+            Err(err) => {
+                tracing::warn!(pod = %name, error = %crate::chain(&err), "rebalance failed");
+                self.ctx.metrics.node_call_failed(AdminAction::Rebalance);
+                return Next::EndPass;
+            }
+        };
+        let labels = PoolLabels::of(self.cluster, &self.pool.name);
+        self.ctx.metrics.pools.rebalanced(&labels, moved.moved);
+        tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, "rebalanced");
+        if moved.moved > 0 || moved.failed > 0 {
+            let note = format!(
+                "{name} handed {} entries ({} bytes) to their owners; {} failed",
+                moved.moved, moved.moved_bytes, moved.failed
+            );
+            self.event(EventType::Normal, "HandedOff", note).await;
+        }
+        if moved.failed > 0 {
+            Next::EndPass
+        } else {
+            Next::Continue
+        }
+    }
+
+    /// A restart through the Eviction API, so the PDB is respected.
+    async fn evict(&self, name: &str) -> Result<Next> {
+        match self.pods.evict(name, &EvictParams::default()).await {
+            Ok(_) => {
+                let note = format!("restarting {name} to apply the new pod template");
+                self.event(EventType::Normal, "RestartingNode", note).await;
+                Ok(Next::Continue)
+            }
+            // 429: the PDB does not allow it right now; try again shortly.
+            Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {
+                Ok(Next::EndPass)
+            }
+            Err(source) => Err(Error::Rollout {
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// The node container's memory resized in place (`pods/resize`).
+    async fn resize(&self, name: &str) -> Result<Next> {
+        let (limit, request) = build::statefulset::memory_quantities(self.pool);
+        let patch = serde_json::json!({"spec": {"containers": [{
+            "name": rollout::NODE_CONTAINER,
+            "resources": {"limits": {"memory": limit}, "requests": {"memory": request}},
+        }]}});
+        let params = PatchParams::default();
+        let resized = self
+            .pods
+            .patch_subresource("resize", name, &params, &Patch::Strategic(&patch))
+            .await;
+        match resized {
+            Ok(_) => {
+                let note = format!("resizing {name} in place to memory limit {limit}");
+                self.event(EventType::Normal, "ResizingNode", note).await;
+                Ok(Next::Continue)
+            }
+            // No resize subresource (a cluster older than 1.33): restart instead.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 405 => {
+                tracing::warn!(pod = %name, "pod resize is not available; memory changes restart nodes with handoff");
+                self.ctx.resize_supported.store(false, Ordering::Relaxed);
+                Ok(Next::EndPass)
+            }
+            Err(source) => Err(Error::Rollout {
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// The live config to one node; with `budget`, also the byte budget and entry size
+    /// that fit the pool's memory limit.
+    async fn push_config(&self, name: &str, ip: &str, budget: bool) -> Next {
+        let config = if budget {
+            build::configmap::compute_budget_config(self.cluster, self.pool)
+        } else {
+            build::configmap::compute_live_config(self.cluster, self.pool)
+        };
+        let doc = NodeDocument {
+            config,
+            topology: None,
+        };
+        match self.admin.configure(ip, &doc).await {
+            Ok(applied) => {
+                tracing::info!(pod = %name, generation = applied.generation, "pushed live config");
+                let note = format!("{name} runs config generation {}", applied.generation);
+                self.event(EventType::Normal, "NodeConfigured", note).await;
+                Next::Continue
+            }
+            Err(err) => {
+                tracing::warn!(pod = %name, error = %crate::chain(&err), "config push failed");
+                self.ctx.metrics.node_call_failed(AdminAction::Configure);
+                Next::EndPass
+            }
+        }
+    }
 }
 
 /// Opens (`open`) or closes the readiness gate of pods `names`, with an event when a node
@@ -213,7 +248,7 @@ async fn set_gates(
     names: &[String],
     open: bool,
 ) {
-    let patch = rollout::gate_patch(open, &crate::now());
+    let patch = rollout::gate_patch(open, &crate::clock::now());
     let done = patch_pod_statuses(pods, names, &patch, "set the pod's readiness gate").await;
     if done.is_empty() {
         return;
@@ -245,7 +280,7 @@ async fn patch_pod_statuses(
     what: &str,
 ) -> Vec<String> {
     let params = PatchParams {
-        field_manager: Some(crate::apply::FIELD_MANAGER.into()),
+        field_manager: Some(crate::build::names::FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
     let mut done = Vec::new();
@@ -276,7 +311,7 @@ pub(crate) async fn run_node_loss(
     plan: &NodeLossPlan,
 ) {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let now = crate::now();
+    let now = crate::clock::now();
     for lost in &plan.lost {
         let patch = nodeloss::not_ready_patch(&lost.node, lost.lost_seconds, &now);
         let marked = patch_pod_statuses(
@@ -313,7 +348,7 @@ async fn force_delete(ctx: &Context, cc: &CacheCluster, namespace: &str, lost: &
             return;
         }
     };
-    if !nodeloss::others_alive(&leases, &lost.node, &crate::now()) {
+    if !nodeloss::others_alive(&leases, &lost.node, &crate::clock::now()) {
         tracing::warn!(node = %lost.node, "no node renews its Lease: the control plane may be cut off from the nodes; the pods of the lost node are not force-deleted");
         return;
     }

@@ -8,21 +8,24 @@
 //!   `nodeloss`: when a Kubernetes node is lost and what to do with its pods (pure).
 //! - `rollout`: pod readiness and template readers; `status`: conditions and pool
 //!   figures.
-//! - `execute`: the node calls of a plan; [`controller`]: the loop; [`leader`]: Lease
-//!   election; [`metrics`]: Prometheus.
+//! - `execute`: the node calls of a plan; [`controller`]: the pipeline of a pass;
+//!   [`context`]: what every pass shares; [`leader`]: Lease election; [`metrics`]:
+//!   Prometheus; `clock`: the wall clock.
 //! - [`simulate`]: the pure half of each pass driven against simulated pods and nodes,
 //!   for the control-plane bench and the tests at the CRD's limits.
 //!
-//! Layering (checked by `scripts/check-layers`): `validate`, `plan`, `nodeloss`, `ring`,
-//! `rollout` and `build/` are pure (no kube client, tokio, network or file I/O), and so is
-//! `simulate` (not in the script's list yet); the I/O is in `observe`, `apply`,
-//! `execute`, `nodes`, `secrets`, `status`, `leader` and `metrics`; `controller` wires
-//! them.
+//! Layering (checked by `scripts/check-layers`, no circle): `validate`, `plan`,
+//! `nodeloss`, `ring`, `rollout`, `status`, `simulate` and `build/` are pure (no kube
+//! client, tokio, network, file I/O or clock, and no module that has them); the I/O is in
+//! `observe`, `apply`, `execute`, `nodes`, `secrets`, `leader`, `metrics` and `clock`;
+//! `controller` wires them.
 
 pub(crate) mod apply;
 pub(crate) mod build;
 pub(crate) mod certs;
+pub(crate) mod clock;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod error;
 mod execute;
@@ -45,16 +48,11 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::controller::Context;
+use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::validate::Defaults;
 
 pub(crate) use crds::chain;
-
-/// The wall clock as a Kubernetes time (condition transitions, pod ages).
-pub(crate) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
-}
 
 /// Runs the operator: metrics server, optional leader election, controller.
 ///

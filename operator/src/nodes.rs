@@ -66,27 +66,6 @@ pub enum NodeCallError {
     },
 }
 
-/// What a node runs, from its `stats` and `topology` answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NodeReport {
-    /// The config generation the node runs.
-    pub generation: u64,
-    /// The ring version it routes by (0 without a ring).
-    pub ring_version: u64,
-    /// Entries it holds.
-    pub entries: u64,
-    /// Its byte budget.
-    pub budget_bytes: u64,
-    /// Milliseconds since it started serving (`None` from older images).
-    pub uptime_ms: Option<u64>,
-    /// Milliseconds since its last whole rebalance started (`None` before the first).
-    pub last_rebalance_ms_ago: Option<u64>,
-    /// It holds copies of keys that are not its own, stored since that rebalance.
-    pub holds_strays: bool,
-    /// Whether it reads ring members' zones (false from images before zones).
-    pub reads_zones: bool,
-}
-
 /// How the operator verifies nodes that serve TLS.
 #[derive(Clone)]
 pub struct NodeTls {
@@ -133,25 +112,14 @@ impl NodeAdmin {
         Self { port, token, tls }
     }
 
-    /// The config generation, ring version, entry count, byte budget and whether it
-    /// reads ring zones, of the node at `ip` (one `stats` call).
+    /// What the node at `ip` runs and holds (one `stats` call): config generation, ring
+    /// version, entry count, byte budget, uptime, whether it reads ring zones.
     ///
     /// # Errors
     /// [`NodeCallError`] naming the node and the action.
-    pub async fn report(&self, ip: &str) -> Result<NodeReport, NodeCallError> {
-        let stats: StatsAnswer = self
-            .call_json(ip, AdminAction::Stats, Bytes::new(), CALL_TIMEOUT)
-            .await?;
-        Ok(NodeReport {
-            generation: stats.generation,
-            ring_version: stats.ring_version,
-            entries: stats.entries,
-            budget_bytes: stats.budget_bytes,
-            uptime_ms: stats.uptime_ms,
-            last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
-            holds_strays: stats.holds_strays,
-            reads_zones: stats.reads_zones,
-        })
+    pub async fn stats(&self, ip: &str) -> Result<StatsAnswer, NodeCallError> {
+        self.call_json(ip, AdminAction::Stats, Bytes::new(), CALL_TIMEOUT)
+            .await
     }
 
     /// Pushes `doc` (live config fields and/or a ring) to the node at `ip`.

@@ -30,7 +30,7 @@ use crate::build::{self, names};
 use crate::error::{Error, Result};
 use crate::nodeloss::{self, NodeHealth, ObservedClaim};
 use crate::nodes::NodeAdmin;
-use crate::plan::{NodeView, PoolObservation};
+use crate::plan::{NodeReport, NodeView, PoolObservation};
 use crate::validate::ValidatedCluster;
 use crate::{ring, rollout};
 
@@ -207,7 +207,7 @@ async fn observe_nodes(
         join_all(names.iter().map(|name| api.get_opt(name))),
         join_all(names.iter().map(|name| leases.get_opt(name))),
     );
-    let now = crate::now();
+    let now = crate::clock::now();
     let mut zones = BTreeMap::new();
     let mut health = BTreeMap::new();
     for ((name, read), lease_read) in names.into_iter().zip(reads).zip(lease_reads) {
@@ -278,14 +278,17 @@ pub(crate) async fn observe_pools(
         let reports = join_all(pods.iter().map(|pod| async {
             let ip = pod_ip(pod)?;
             // Nothing on a lost node answers: asking would only cost the connect timeout.
-            // A node up behind its closed gate is asked: it waits for the current ring.
-            let answers = rollout::is_ready(pod)
-                || rollout::gate(pod) == (crate::rollout::Gate::Closed { up: true });
+            // A node whose containers are up is asked whatever its gate says: up behind a
+            // closed gate it waits for the current ring; just admitted, its kubelet has not
+            // marked it Ready yet, and without its report the planner read it as not
+            // running the ring and closed its gate again, pass after pass (a CI run's
+            // scale-out: open and closed every 0.3 s for a minute).
+            let answers = rollout::is_ready(pod) || rollout::containers_up(pod);
             if !answers || observed.node_lost_seconds(pod).is_some() {
                 return None;
             }
-            match admin.report(&ip).await {
-                Ok(report) => Some(report),
+            match admin.stats(&ip).await {
+                Ok(stats) => Some(NodeReport::from(&stats)),
                 Err(err) => {
                     tracing::warn!(pod = %pod.name_any(), error = %crate::chain(&err), "node did not report");
                     None
@@ -312,8 +315,8 @@ pub(crate) async fn observe_pools(
                         && !memory_stuck,
                     ip: pod_ip(pod),
                     report,
-                    ready_seconds: rollout::ready_seconds(pod, &crate::now()),
-                    unready_seconds: rollout::unready_seconds(pod, &crate::now()),
+                    ready_seconds: rollout::ready_seconds(pod, &crate::clock::now()),
+                    unready_seconds: rollout::unready_seconds(pod, &crate::clock::now()),
                     memory_limit,
                     memory_applied,
                     host: nodeloss::node_of(pod).map(str::to_owned),

@@ -26,16 +26,16 @@
 //!   cluster cannot resize (the resize is reported infeasible), the node takes the
 //!   restart-with-handoff path instead.
 //!
-//! Must not import kube's client, tokio or any I/O (checked by `scripts/check-layers`):
-//! it uses `nodes` for the [`NodeReport`] type only, and `ring`, `build` and
-//! `validate`.
+//! Must not import kube's client, tokio or any I/O, nor any module that does (checked by
+//! `scripts/check-layers`): it imports `ring`, `build`, `rollout` and `validate`, and
+//! reads a node's `stats` answer ([`NodeReport`]) from `crds::admin`.
 
 use std::collections::BTreeMap;
 
+use crds::admin::StatsAnswer;
 use crds::node_config::{MemberState, Topology};
 
 use crate::build::PoolLayout;
-use crate::nodes::NodeReport;
 use crate::ring;
 use crate::rollout::Gate;
 use crate::validate::{ValidatedCluster, ValidatedPool};
@@ -50,6 +50,48 @@ pub const ENTER_AFTER_READY_SECONDS: u64 = 5;
 /// joining node, its keys handed back by the others. Long enough that a kubelet restart
 /// of the container (a few seconds) does not move keys twice.
 pub const OUT_OF_RING_AFTER_UNREADY_SECONDS: u64 = 10;
+
+/// How long a replacement pod, up behind its readiness gate and running the ring, waits
+/// for its peers to hand it its copies before it is admitted without them: a peer that
+/// cannot finish a whole rebalance (another node down) must not keep it out for good.
+/// Until then the PDB counts it unavailable, so a drain evicts nothing else meanwhile.
+pub const ADMIT_WITHOUT_COPIES_AFTER_SECONDS: u64 = 60;
+
+/// What a node runs, as the planner reads it from its `stats` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeReport {
+    /// The config generation the node runs.
+    pub generation: u64,
+    /// The ring version it routes by (0 without a ring).
+    pub ring_version: u64,
+    /// Entries it holds.
+    pub entries: u64,
+    /// Its byte budget.
+    pub budget_bytes: u64,
+    /// Milliseconds since it started serving (`None` from older images).
+    pub uptime_ms: Option<u64>,
+    /// Milliseconds since its last whole rebalance started (`None` before the first).
+    pub last_rebalance_ms_ago: Option<u64>,
+    /// It holds copies of keys that are not its own, stored since that rebalance.
+    pub holds_strays: bool,
+    /// Whether it reads ring members' zones (false from images before zones).
+    pub reads_zones: bool,
+}
+
+impl From<&StatsAnswer> for NodeReport {
+    fn from(stats: &StatsAnswer) -> Self {
+        Self {
+            generation: stats.generation,
+            ring_version: stats.ring_version,
+            entries: stats.entries,
+            budget_bytes: stats.budget_bytes,
+            uptime_ms: stats.uptime_ms,
+            last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
+            holds_strays: stats.holds_strays,
+            reads_zones: stats.reads_zones,
+        }
+    }
+}
 
 /// One pod of the pool as observed.
 #[derive(Debug, Clone, PartialEq)]
@@ -246,324 +288,579 @@ impl PoolPlan {
     }
 }
 
-/// The plan for `pool` given what was observed.
+/// The plan for `pool` given what was observed: the pass's named steps, in order. Each
+/// step is a pure function of the observation and of the steps before it.
 pub fn plan_pool(
     cluster: &ValidatedCluster,
     pool: &ValidatedPool,
     observed: &PoolObservation,
 ) -> PoolPlan {
     let observed = &*accounting_for_node_loss(observed);
-    let shards = pool.shards;
-    let by_ordinal: BTreeMap<i32, &NodeView> =
-        observed.nodes.iter().map(|n| (n.ordinal, n)).collect();
-    let previous = observed.previous.as_ref();
-    let previous_state =
-        |ordinal: i32| previous.and_then(|p| ring::state_of(p, cluster, pool, ordinal));
-    let ready = |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.ready);
-    let settled = |ordinal: i32| {
-        by_ordinal
-            .get(&ordinal)
-            .is_some_and(|n| n.ready && n.ready_seconds >= ENTER_AFTER_READY_SECONDS)
-    };
-    let current_template =
-        |ordinal: i32| by_ordinal.get(&ordinal).is_some_and(|n| n.current_template);
+    let pass = Pass::new(cluster, pool, observed);
 
-    // A member whose pod has been unready too long, while another member is active and
-    // Ready to take its keys (a pool never publishes a ring without an owner).
-    let out_too_long = |ordinal: i32| {
-        by_ordinal
-            .get(&ordinal)
-            .is_some_and(|n| !n.ready && n.unready_seconds >= OUT_OF_RING_AFTER_UNREADY_SECONDS)
-    };
-    let others_serve = |ordinal: i32| {
-        (0..shards)
-            .any(|o| o != ordinal && ready(o) && previous_state(o) == Some(MemberState::Active))
-    };
-
-    // Member states.
-    let mut states = BTreeMap::new();
-    for ordinal in 0..shards {
-        let state = match (previous.is_some(), previous_state(ordinal), ready(ordinal)) {
-            // A new pool starts with every node active: nothing to hand off yet.
-            (false, _, _) => MemberState::Active,
-            (true, Some(MemberState::Active), false)
-                if out_too_long(ordinal) && others_serve(ordinal) =>
-            {
-                MemberState::Joining
-            }
-            (true, Some(MemberState::Active), _) => MemberState::Active,
-            (true, Some(MemberState::Draining), true) if !current_template(ordinal) => {
-                MemberState::Draining
-            }
-            // A node enters the key space only once its pod has been Ready for a moment,
-            // so its stable DNS name resolves on every peer (the headless Service's
-            // EndpointSlice and DNS caches lag the pod by a few seconds).
-            (true, _, true) if settled(ordinal) => MemberState::Active,
-            (true, Some(MemberState::Draining), _) => MemberState::Draining,
-            (true, _, _) => MemberState::Joining,
-        };
-        states.insert(ordinal, state);
-    }
-    let current_replicas = observed.statefulset_replicas.unwrap_or(shards);
-    let leaving: Vec<i32> = (shards..current_replicas.max(shards))
-        .chain(by_ordinal.keys().copied().filter(|&o| o >= shards))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    for &ordinal in &leaving {
-        states.insert(ordinal, MemberState::Draining);
-    }
-
-    // A restart with handoff starts only in a settled pool: every node Ready, nobody
-    // joining or leaving, no other handoff running, and the ring published last was
-    // already all active (so a returning node gets its keys back before the next one
-    // leaves).
-    let all_ready = (0..shards).all(ready);
-    let handoff_running = (0..shards).any(|o| states.get(&o) == Some(&MemberState::Draining));
-    let ring_was_settled = previous.is_none_or(|p| {
-        p.members.iter().all(|m| m.state == MemberState::Active) && p.members.len() == states.len()
-    });
-    let settled = all_ready
-        && leaving.is_empty()
-        && !handoff_running
-        && ring_was_settled
-        && states.values().all(|s| *s == MemberState::Active);
-    let mut cold_restart = None;
-    if settled {
-        let outdated = (0..shards).rev().find(|&o| !current_template(o));
-        match outdated {
-            Some(ordinal) if shards > 1 => {
-                states.insert(ordinal, MemberState::Draining);
-            }
-            Some(ordinal) => cold_restart = Some(ordinal),
-            None => {}
-        }
-    }
-
-    let sightings: Vec<ring::ZoneSighting<'_>> = observed
-        .nodes
-        .iter()
-        .map(|node| ring::ZoneSighting {
-            ordinal: node.ordinal,
-            zone: &node.zone,
-            image: node.image.as_deref(),
-            reads_zones: node.report.map(|report| report.reads_zones),
-        })
-        .collect();
-    let zones = ring::compute_zones(cluster, pool, &states, &sightings, previous);
-    let topology = ring::plan_topology(
-        cluster,
-        pool,
-        &states,
-        &zones,
-        previous,
-        observed.seen_ring_version,
-    );
-    let ring_changed = previous.is_none_or(|p| p.version != topology.version);
-
-    // Drained leaving nodes (or ones that cannot be asked) may go once every reachable
-    // node routes by this ring.
-    let all_route_by_ring = observed
-        .nodes
-        .iter()
-        .filter(|n| n.reachable().is_some())
-        .all(|n| n.report.is_some_and(|r| r.ring_version >= topology.version));
-    let leaving_drained = leaving.iter().all(|o| match by_ordinal.get(o) {
-        Some(node) if node.ready => node.report.is_some_and(|r| r.entries == 0),
-        _ => true,
-    });
-    let replicas = if leaving.is_empty() || (!ring_changed && all_route_by_ring && leaving_drained)
-    {
-        shards
+    // The ring: who is a member, in which state, and whether a restart begins.
+    let leaving = pass.leaving();
+    let mut states = pass.member_states(&leaving);
+    let settled = pass.pool_settled(&states, &leaving);
+    let cold_restart = if settled {
+        start_restart(&pass, &mut states)
     } else {
-        current_replicas.max(shards)
+        None
     };
+    let topology = pass.next_ring(&states);
+    let ring_changed = pass
+        .previous()
+        .is_none_or(|p| p.version != topology.version);
+    let replicas = pass.statefulset_replicas(&leaving, topology.version, ring_changed);
 
-    let mut steps = Vec::new();
-    // Gates first: holding a node out must not wait for a node call that may fail.
-    let held_out: Vec<String> = observed
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.gate == Gate::Open
-                && !n.ready
-                && states.get(&n.ordinal) == Some(&MemberState::Joining)
-        })
-        .map(|n| n.name.clone())
-        .collect();
-    if !held_out.is_empty() {
-        steps.push(Step::HoldOut(held_out));
+    // The node calls, in the order they run.
+    let mut steps = pass.gate_steps(&states, topology.version);
+    steps.extend(pass.ring_push(topology.version));
+    steps.extend(pass.handoffs(&states, &leaving, &topology, ring_changed));
+    steps.extend(pass.restarts(&states, cold_restart));
+    // A replacement waiting at its gate for its copies leaves the ring quiet: its peers
+    // are asked for them while it waits.
+    let settled_but_for_copies = settled
+        || (pass.pool_settled_once_ready(&states, &leaving)
+            && pass.ready_but_for_copies(&states, topology.version));
+    let quiet_ring = settled_but_for_copies && !ring_changed && cold_restart.is_none();
+    if quiet_ring && pass.all_route_by(topology.version) && !has_rollout_steps(&steps) {
+        steps.extend(pass.handovers_owed());
     }
-    let admitted: Vec<String> = observed
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.gate == (Gate::Closed { up: true })
-                && n.report.is_some_and(|r| r.ring_version >= topology.version)
-        })
-        .map(|n| n.name.clone())
-        .collect();
-    if !admitted.is_empty() {
-        steps.push(Step::Admit(admitted));
+    steps.extend(pass.config_push());
+    let quiet = settled && cold_restart.is_none() && all_active(&states);
+    let resizing = if quiet { pass.next_resize() } else { None };
+    if let Some((_, Some(step))) = &resizing {
+        steps.push(step.clone());
     }
-    let behind: Vec<(String, String)> = observed
-        .nodes
-        .iter()
-        .filter_map(|n| {
-            let ip = n.reachable()?;
-            let current = n.report.is_some_and(|r| r.ring_version >= topology.version);
-            (!current).then(|| (n.name.clone(), ip.to_owned()))
-        })
-        .collect();
-    if !behind.is_empty() {
-        steps.push(Step::PushRing(behind));
-    }
-    let rebalance = |steps: &mut Vec<Step>, node: &NodeView| {
-        if let Some(ip) = node.reachable() {
-            steps.push(Step::Rebalance(node.name.clone(), ip.to_owned()));
-        }
-    };
-    // Entering members get their keys from the others.
-    let entering: Vec<i32> = states
-        .iter()
-        .filter(|&(&o, &s)| {
-            s == MemberState::Active && previous.is_some() && previous_state(o) != Some(s)
-        })
-        .map(|(&o, _)| o)
-        .collect();
-    if ring_changed && !entering.is_empty() {
-        for node in observed
-            .nodes
-            .iter()
-            .filter(|n| !entering.contains(&n.ordinal))
-        {
-            rebalance(&mut steps, node);
-        }
-    }
-    // A new number of copies per key moves no key's first choice, so nobody enters: every
-    // node sends the copies the new ring asks of it (more copies) or hands off the ones
-    // it no longer holds (fewer). A member in another zone is the same with two copies
-    // (zones move second copies only, never a key's owner).
-    let copies_changed = previous.is_some_and(|p| {
-        p.replicas != topology.replicas
-            || (topology.replicas > 1 && ring::zones_moved(p, &topology))
+
+    let phase = pass.phase(&PhaseInputs {
+        states: &states,
+        leaving: &leaving,
+        cold_restart,
+        resizing: resizing.map(|(ordinal, _)| ordinal),
+        steps: &steps,
     });
-    if ring_changed && copies_changed && entering.is_empty() {
-        for node in &observed.nodes {
-            rebalance(&mut steps, node);
-        }
-    }
-    // Leaving nodes hand their entries off.
-    for ordinal in &leaving {
-        if let Some(node) = by_ordinal.get(ordinal)
-            && node.report.is_none_or(|r| r.entries > 0)
-        {
-            rebalance(&mut steps, node);
-        }
-    }
-    // A draining member on an old template: hand off, then restart it.
-    let restarting = (0..shards).find(|&o| {
-        states.get(&o) == Some(&MemberState::Draining) && ready(o) && !current_template(o)
-    });
-    if let Some(ordinal) = restarting
-        && let Some(node) = by_ordinal.get(&ordinal)
-    {
-        rebalance(&mut steps, node);
-        steps.push(Step::Evict(node.name.clone()));
-    }
-    if let Some(ordinal) = cold_restart
-        && let Some(node) = by_ordinal.get(&ordinal)
-    {
-        steps.push(Step::Evict(node.name.clone()));
-    }
-
-    // A node that restarted outside a rollout (a deleted or force-killed pod, a crash)
-    // comes back into an unchanged ring, empty or with only its disk tier: nobody enters,
-    // so no rebalance above sends it its keys, and with two copies nothing refills its
-    // second copies (read repair refills first copies only). Each node whose last whole
-    // rebalance began before such a peer started serving owes it what it lacks — the
-    // entries handed off at its exit, its second copies — and rebalances once. So does a
-    // node holding strays: copies an old process handed it by the ring it last had.
-    let rollout_steps = steps
-        .iter()
-        .any(|s| matches!(s, Step::Rebalance(..) | Step::Evict(..)));
-    if settled && !ring_changed && all_route_by_ring && cold_restart.is_none() && !rollout_steps {
-        for node in owing_a_handover(&observed.nodes) {
-            rebalance(&mut steps, node);
-        }
-    }
-
-    // Live config: one node per pass, while every node already on it is healthy.
-    let target = u64::try_from(cluster.generation).unwrap_or(0);
-    let at_target_healthy = observed
-        .nodes
-        .iter()
-        .filter(|n| n.report.is_some_and(|r| r.generation >= target))
-        .all(|n| n.ready);
-    let next_config = observed
-        .nodes
-        .iter()
-        .filter(|n| n.ordinal < shards && n.reachable().is_some())
-        .find(|n| n.report.is_some_and(|r| r.generation < target));
-    let config_behind = observed
-        .nodes
-        .iter()
-        .any(|n| n.ordinal < shards && n.report.is_none_or(|r| r.generation < target));
-    if at_target_healthy
-        && let Some(node) = next_config
-        && let Some(ip) = node.reachable()
-    {
-        steps.push(Step::PushConfig(node.name.clone(), ip.to_owned()));
-    }
-
-    // Memory, in place, one node at a time, in a pool with nothing else going on.
-    let mut resizing = None;
-    let quiet =
-        settled && cold_restart.is_none() && !states.values().any(|s| *s != MemberState::Active);
-    if quiet {
-        for node in observed.nodes.iter().filter(|n| n.ordinal < shards) {
-            let Some(step) = plan_resize(pool, node) else {
-                continue;
-            };
-            resizing = Some(node.ordinal);
-            if let Some(step) = step {
-                steps.push(step);
-            }
-            break;
-        }
-    }
-
-    let name = |o: &i32| ring::member_id(cluster, pool, *o);
-    // A joining member whose pod has been unready a while (a node out of the ring, or a
-    // new pod that cannot start) is waiting for its node, not scaling out.
-    let joining: Vec<String> = states
-        .iter()
-        .filter(|&(&o, &s)| s == MemberState::Joining && !out_too_long(o))
-        .map(|(o, _)| name(o))
-        .collect();
-    let phase = if !leaving.is_empty() {
-        Phase::ScalingIn(leaving.iter().map(name).collect())
-    } else if !joining.is_empty() {
-        Phase::ScalingOut(joining)
-    } else if let Some(ordinal) = (0..shards)
-        .find(|o| states.get(o) == Some(&MemberState::Draining))
-        .or(cold_restart)
-    {
-        Phase::Restarting(name(&ordinal))
-    } else if let Some(ordinal) = resizing {
-        Phase::Resizing(name(&ordinal))
-    } else if !all_ready || observed.nodes.len() < usize::try_from(shards).unwrap_or(0) {
-        Phase::WaitingForNodes
-    } else if config_behind || !steps.is_empty() || (0..shards).any(|o| !current_template(o)) {
-        Phase::Configuring
-    } else {
-        Phase::Settled
-    };
     PoolPlan {
         layout: PoolLayout { topology, replicas },
         steps,
         phase,
     }
+}
+
+/// Every member of `states` is active.
+fn all_active(states: &BTreeMap<i32, MemberState>) -> bool {
+    states.values().all(|s| *s == MemberState::Active)
+}
+
+/// Whether `steps` already move keys or restart a node (a rollout is under way).
+fn has_rollout_steps(steps: &[Step]) -> bool {
+    steps
+        .iter()
+        .any(|s| matches!(s, Step::Rebalance(..) | Step::Evict(..)))
+}
+
+/// A restart with handoff for a new pod template, in a settled pool: the highest
+/// outdated member starts draining, or, in a pool of one node (no peer to hand off to),
+/// the ordinal to restart cold is returned.
+fn start_restart(pass: &Pass<'_>, states: &mut BTreeMap<i32, MemberState>) -> Option<i32> {
+    let outdated = (0..pass.pool.shards)
+        .rev()
+        .find(|&o| !pass.current_template(o))?;
+    if pass.pool.shards > 1 {
+        states.insert(outdated, MemberState::Draining);
+        None
+    } else {
+        Some(outdated)
+    }
+}
+
+/// What the pool's phase is read from, once the pass's steps are planned.
+struct PhaseInputs<'p> {
+    states: &'p BTreeMap<i32, MemberState>,
+    leaving: &'p [i32],
+    cold_restart: Option<i32>,
+    resizing: Option<i32>,
+    steps: &'p [Step],
+}
+
+/// One pass over one pool: the observation indexed by ordinal, and the questions the
+/// steps ask of it.
+struct Pass<'a> {
+    cluster: &'a ValidatedCluster,
+    pool: &'a ValidatedPool,
+    observed: &'a PoolObservation,
+    by_ordinal: BTreeMap<i32, &'a NodeView>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(
+        cluster: &'a ValidatedCluster,
+        pool: &'a ValidatedPool,
+        observed: &'a PoolObservation,
+    ) -> Self {
+        let by_ordinal = observed.nodes.iter().map(|n| (n.ordinal, n)).collect();
+        Self {
+            cluster,
+            pool,
+            observed,
+            by_ordinal,
+        }
+    }
+
+    /// The ring last published.
+    fn previous(&self) -> Option<&'a Topology> {
+        self.observed.previous.as_ref()
+    }
+
+    /// The state `ordinal` had in the ring last published.
+    fn previous_state(&self, ordinal: i32) -> Option<MemberState> {
+        self.previous()
+            .and_then(|p| ring::state_of(p, self.cluster, self.pool, ordinal))
+    }
+
+    fn node(&self, ordinal: i32) -> Option<&'a NodeView> {
+        self.by_ordinal.get(&ordinal).copied()
+    }
+
+    fn ready(&self, ordinal: i32) -> bool {
+        self.node(ordinal).is_some_and(|n| n.ready)
+    }
+
+    /// Ready for at least [`ENTER_AFTER_READY_SECONDS`].
+    fn ready_long_enough(&self, ordinal: i32) -> bool {
+        self.node(ordinal)
+            .is_some_and(|n| n.ready && n.ready_seconds >= ENTER_AFTER_READY_SECONDS)
+    }
+
+    fn current_template(&self, ordinal: i32) -> bool {
+        self.node(ordinal).is_some_and(|n| n.current_template)
+    }
+
+    /// Unready for at least [`OUT_OF_RING_AFTER_UNREADY_SECONDS`].
+    fn out_too_long(&self, ordinal: i32) -> bool {
+        self.node(ordinal)
+            .is_some_and(|n| !n.ready && n.unready_seconds >= OUT_OF_RING_AFTER_UNREADY_SECONDS)
+    }
+
+    /// Its containers are ready behind a closed readiness gate, and it reported this pass.
+    fn answering_behind_gate(&self, ordinal: i32) -> bool {
+        self.node(ordinal)
+            .is_some_and(|n| n.gate == (Gate::Closed { up: true }) && n.report.is_some())
+    }
+
+    /// Another member is active and Ready to take `ordinal`'s keys (a pool never
+    /// publishes a ring without an owner).
+    fn others_serve(&self, ordinal: i32) -> bool {
+        (0..self.pool.shards).any(|o| {
+            o != ordinal && self.ready(o) && self.previous_state(o) == Some(MemberState::Active)
+        })
+    }
+
+    fn all_ready(&self) -> bool {
+        (0..self.pool.shards).all(|o| self.ready(o))
+    }
+
+    /// Every reachable node routes by ring `version` or a later one.
+    fn all_route_by(&self, version: u64) -> bool {
+        self.observed
+            .nodes
+            .iter()
+            .filter(|n| n.reachable().is_some())
+            .all(|n| runs_ring(n, version))
+    }
+
+    /// The ordinals leaving the pool: at or above `shards`, in the StatefulSet or still
+    /// running.
+    fn leaving(&self) -> Vec<i32> {
+        let shards = self.pool.shards;
+        let current = self.observed.statefulset_replicas.unwrap_or(shards);
+        (shards..current.max(shards))
+            .chain(self.by_ordinal.keys().copied().filter(|&o| o >= shards))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Each ordinal's state in the next ring; `leaving` ones are draining.
+    fn member_states(&self, leaving: &[i32]) -> BTreeMap<i32, MemberState> {
+        let mut states: BTreeMap<i32, MemberState> = (0..self.pool.shards)
+            .map(|ordinal| (ordinal, self.member_state(ordinal)))
+            .collect();
+        for &ordinal in leaving {
+            states.insert(ordinal, MemberState::Draining);
+        }
+        states
+    }
+
+    /// The next state of member `ordinal` (below `shards`).
+    fn member_state(&self, ordinal: i32) -> MemberState {
+        let previous = self.previous().is_some();
+        match (previous, self.previous_state(ordinal), self.ready(ordinal)) {
+            // A new pool starts with every node active: nothing to hand off yet.
+            (false, _, _) => MemberState::Active,
+            // Up behind its closed gate and answering: a new pod not yet admitted (a
+            // replacement waits there for its copies, `waiting_for_copies`). Its Ready
+            // condition has been False since it was created, which is not a member gone.
+            (true, Some(MemberState::Active), false) if self.answering_behind_gate(ordinal) => {
+                MemberState::Active
+            }
+            // Unready too long while another member can take its keys: out of the key
+            // space, back like a joining node.
+            (true, Some(MemberState::Active), false)
+                if self.out_too_long(ordinal) && self.others_serve(ordinal) =>
+            {
+                MemberState::Joining
+            }
+            (true, Some(MemberState::Active), _) => MemberState::Active,
+            (true, Some(MemberState::Draining), true) if !self.current_template(ordinal) => {
+                MemberState::Draining
+            }
+            // A node enters the key space only once its pod has been Ready for a moment,
+            // so its stable DNS name resolves on every peer (the headless Service's
+            // EndpointSlice and DNS caches lag the pod by a few seconds).
+            (true, _, true) if self.ready_long_enough(ordinal) => MemberState::Active,
+            (true, Some(MemberState::Draining), _) => MemberState::Draining,
+            (true, _, _) => MemberState::Joining,
+        }
+    }
+
+    /// Whether a restart with handoff may start: every node Ready, nobody joining or
+    /// leaving, no other handoff running, and the ring published last was already all
+    /// active (so a returning node gets its keys back before the next one leaves).
+    fn pool_settled(&self, states: &BTreeMap<i32, MemberState>, leaving: &[i32]) -> bool {
+        self.all_ready() && self.pool_settled_once_ready(states, leaving)
+    }
+
+    /// [`Pass::pool_settled`] but for its nodes' readiness.
+    fn pool_settled_once_ready(
+        &self,
+        states: &BTreeMap<i32, MemberState>,
+        leaving: &[i32],
+    ) -> bool {
+        let ring_was_settled = self.previous().is_none_or(|p| {
+            p.members.iter().all(|m| m.state == MemberState::Active)
+                && p.members.len() == states.len()
+        });
+        leaving.is_empty() && ring_was_settled && all_active(states)
+    }
+
+    /// The ring to publish for `states`, zones as far as this pass knows them.
+    fn next_ring(&self, states: &BTreeMap<i32, MemberState>) -> Topology {
+        let sightings: Vec<ring::ZoneSighting<'_>> = self
+            .observed
+            .nodes
+            .iter()
+            .map(|node| ring::ZoneSighting {
+                ordinal: node.ordinal,
+                zone: &node.zone,
+                image: node.image.as_deref(),
+                reads_zones: node.report.map(|report| report.reads_zones),
+            })
+            .collect();
+        let previous = self.previous();
+        let zones = ring::compute_zones(self.cluster, self.pool, states, &sightings, previous);
+        ring::plan_topology(
+            self.cluster,
+            self.pool,
+            states,
+            &zones,
+            previous,
+            self.observed.seen_ring_version,
+        )
+    }
+
+    /// The StatefulSet's size: it shrinks only once the leaving nodes are drained (or
+    /// cannot be asked) and every reachable node routes by the ring without them.
+    fn statefulset_replicas(&self, leaving: &[i32], version: u64, ring_changed: bool) -> i32 {
+        let shards = self.pool.shards;
+        let leaving_drained = leaving.iter().all(|&o| match self.node(o) {
+            Some(node) if node.ready => node.report.is_some_and(|r| r.entries == 0),
+            _ => true,
+        });
+        if leaving.is_empty() || (!ring_changed && self.all_route_by(version) && leaving_drained) {
+            shards
+        } else {
+            self.observed
+                .statefulset_replicas
+                .unwrap_or(shards)
+                .max(shards)
+        }
+    }
+
+    /// Readiness gates, first: holding a node out must not wait for a node call that may
+    /// fail. A joining member whose pod is not Ready, and that runs no ring that says it
+    /// is joining (it could not be reached to be told it is out), is held out; a node held
+    /// out is admitted once it runs ring `version` and, when it owns keys, once its peers
+    /// have handed it its copies ([`Pass::waiting_for_copies`]).
+    fn gate_steps(&self, states: &BTreeMap<i32, MemberState>, version: u64) -> Vec<Step> {
+        // Not one it has just admitted: that one runs the ring (admitting asks it), and its
+        // pod turns Ready only once the kubelet has seen the gate open — a pass in between
+        // closed it again, and a scaled-out pod went back and forth for a minute (a CI run
+        // of the operator e2e). Nor one that runs the ring last published while joining in
+        // it: it has dropped what it held, so a new ring (a peer of the same scale-out
+        // turning active) is no reason to close its gate (a CI run's scale-out held one of
+        // two new pods out as the other entered).
+        let knows_it_is_joining = |n: &NodeView| {
+            runs_ring(n, version)
+                || (self.previous_state(n.ordinal) == Some(MemberState::Joining)
+                    && self.previous().is_some_and(|p| runs_ring(n, p.version)))
+        };
+        let held_out = self.names_of(|n| {
+            n.gate == Gate::Open
+                && !n.ready
+                && states.get(&n.ordinal) == Some(&MemberState::Joining)
+                && !knows_it_is_joining(n)
+        });
+        let admitted = self.names_of(|n| {
+            n.gate == (Gate::Closed { up: true })
+                && runs_ring(n, version)
+                && !self.waiting_for_copies(n, states, version)
+        });
+        [
+            (!held_out.is_empty()).then_some(Step::HoldOut(held_out)),
+            (!admitted.is_empty()).then_some(Step::Admit(admitted)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// `node` is up behind its gate, runs ring `version`, owns keys in it, and a peer
+    /// still owes it a handover ([`owes_a_handover`]): a replacement pod (a drain's
+    /// eviction, a deleted pod) starts empty in an unchanged ring, and until its peers
+    /// have sent it its copies, admitting it would let the PDB evict the next pod while
+    /// this one's keys have a single copy (a drain of a node with two pods of the pool
+    /// lost 2,658 and 3,740 keys, budget 102). Not past
+    /// [`ADMIT_WITHOUT_COPIES_AFTER_SECONDS`] of its uptime.
+    fn waiting_for_copies(
+        &self,
+        node: &NodeView,
+        states: &BTreeMap<i32, MemberState>,
+        version: u64,
+    ) -> bool {
+        let Some(uptime_ms) = node.report.and_then(|r| r.uptime_ms) else {
+            return false;
+        };
+        node.gate == (Gate::Closed { up: true })
+            && runs_ring(node, version)
+            && states.get(&node.ordinal) == Some(&MemberState::Active)
+            && uptime_ms < ADMIT_WITHOUT_COPIES_AFTER_SECONDS * 1000
+            && self
+                .observed
+                .nodes
+                .iter()
+                .filter(|peer| peer.ordinal != node.ordinal && peer.reachable().is_some())
+                .any(|peer| owes_a_handover(peer, uptime_ms))
+    }
+
+    /// Every member Ready, or waiting at its gate for its copies
+    /// ([`Pass::waiting_for_copies`]).
+    fn ready_but_for_copies(&self, states: &BTreeMap<i32, MemberState>, version: u64) -> bool {
+        (0..self.pool.shards).all(|o| {
+            self.ready(o)
+                || self
+                    .node(o)
+                    .is_some_and(|n| self.waiting_for_copies(n, states, version))
+        })
+    }
+
+    fn names_of(&self, wanted: impl Fn(&NodeView) -> bool) -> Vec<String> {
+        self.observed
+            .nodes
+            .iter()
+            .filter(|n| wanted(n))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    /// Ring `version` pushed to every reachable node behind it.
+    fn ring_push(&self, version: u64) -> Option<Step> {
+        let behind: Vec<(String, String)> = self
+            .observed
+            .nodes
+            .iter()
+            .filter(|n| !runs_ring(n, version))
+            .filter_map(|n| Some((n.name.clone(), n.reachable()?.to_owned())))
+            .collect();
+        (!behind.is_empty()).then_some(Step::PushRing(behind))
+    }
+
+    /// The rebalances a changed ring asks for: entering members get their keys from the
+    /// others; a new number of copies (or second copies moved between zones) has every
+    /// node move its copies; leaving nodes with entries hand them off.
+    fn handoffs(
+        &self,
+        states: &BTreeMap<i32, MemberState>,
+        leaving: &[i32],
+        topology: &Topology,
+        ring_changed: bool,
+    ) -> Vec<Step> {
+        let previous = self.previous();
+        let entering: Vec<i32> = states
+            .iter()
+            .filter(|&(&o, &s)| {
+                s == MemberState::Active && previous.is_some() && self.previous_state(o) != Some(s)
+            })
+            .map(|(&o, _)| o)
+            .collect();
+        // A new number of copies per key moves no key's first choice, so nobody enters.
+        // A member in another zone is the same with two copies (zones move second copies
+        // only, never a key's owner).
+        let copies_changed = previous.is_some_and(|p| {
+            p.replicas != topology.replicas
+                || (topology.replicas > 1 && ring::zones_moved(p, topology))
+        });
+        let mut giving: Vec<&NodeView> = Vec::new();
+        if ring_changed && !entering.is_empty() {
+            giving.extend(
+                self.observed
+                    .nodes
+                    .iter()
+                    .filter(|n| !entering.contains(&n.ordinal)),
+            );
+        }
+        if ring_changed && copies_changed && entering.is_empty() {
+            giving.extend(&self.observed.nodes);
+        }
+        giving.extend(
+            leaving
+                .iter()
+                .filter_map(|&o| self.node(o))
+                .filter(|node| node.report.is_none_or(|r| r.entries > 0)),
+        );
+        giving.into_iter().filter_map(rebalance).collect()
+    }
+
+    /// A draining member on an old template hands off, then restarts; a pool of one
+    /// restarts its node cold.
+    fn restarts(
+        &self,
+        states: &BTreeMap<i32, MemberState>,
+        cold_restart: Option<i32>,
+    ) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let restarting = (0..self.pool.shards).find(|&o| {
+            states.get(&o) == Some(&MemberState::Draining)
+                && self.ready(o)
+                && !self.current_template(o)
+        });
+        if let Some(node) = restarting.and_then(|o| self.node(o)) {
+            steps.extend(rebalance(node));
+            steps.push(Step::Evict(node.name.clone()));
+        }
+        if let Some(node) = cold_restart.and_then(|o| self.node(o)) {
+            steps.push(Step::Evict(node.name.clone()));
+        }
+        steps
+    }
+
+    /// A node that restarted outside a rollout (a deleted or force-killed pod, a crash)
+    /// comes back into an unchanged ring, empty or with only its disk tier: nobody
+    /// enters, so no handoff sends it its keys, and with two copies nothing refills its
+    /// second copies (read repair refills first copies only). Each node whose last whole
+    /// rebalance began before such a peer started serving owes it what it lacks, and
+    /// rebalances once; so does a node holding strays ([`owing_a_handover`]).
+    fn handovers_owed(&self) -> Vec<Step> {
+        owing_a_handover(&self.observed.nodes)
+            .into_iter()
+            .filter_map(rebalance)
+            .collect()
+    }
+
+    /// Live config: the new generation to one node per pass, while every node already on
+    /// it is healthy.
+    fn config_push(&self) -> Option<Step> {
+        let target = self.config_target();
+        let at_target_healthy = self
+            .observed
+            .nodes
+            .iter()
+            .filter(|n| n.report.is_some_and(|r| r.generation >= target))
+            .all(|n| n.ready);
+        if !at_target_healthy {
+            return None;
+        }
+        let node = self
+            .observed
+            .nodes
+            .iter()
+            .filter(|n| n.ordinal < self.pool.shards && n.reachable().is_some())
+            .find(|n| n.report.is_some_and(|r| r.generation < target))?;
+        Some(Step::PushConfig(
+            node.name.clone(),
+            node.reachable()?.to_owned(),
+        ))
+    }
+
+    /// The live config generation every member should run.
+    fn config_target(&self) -> u64 {
+        u64::try_from(self.cluster.generation).unwrap_or(0)
+    }
+
+    /// A member runs an older config, or has not said which.
+    fn config_behind(&self) -> bool {
+        let target = self.config_target();
+        self.observed
+            .nodes
+            .iter()
+            .any(|n| n.ordinal < self.pool.shards && n.report.is_none_or(|r| r.generation < target))
+    }
+
+    /// Memory, in place, one node at a time: the first member whose memory is not done,
+    /// with its next step (`None` while waiting).
+    fn next_resize(&self) -> Option<(i32, Option<Step>)> {
+        self.observed
+            .nodes
+            .iter()
+            .filter(|n| n.ordinal < self.pool.shards)
+            .find_map(|node| Some((node.ordinal, plan_resize(self.pool, node)?)))
+    }
+
+    /// What is going on in the pool, the most disruptive first.
+    fn phase(&self, inputs: &PhaseInputs<'_>) -> Phase {
+        let name = |o: &i32| ring::member_id(self.cluster, self.pool, *o);
+        let shards = self.pool.shards;
+        // A joining member whose pod has been unready a while (a node out of the ring, or
+        // a new pod that cannot start) is waiting for its node, not scaling out.
+        let joining: Vec<String> = inputs
+            .states
+            .iter()
+            .filter(|&(&o, &s)| s == MemberState::Joining && !self.out_too_long(o))
+            .map(|(o, _)| name(o))
+            .collect();
+        let draining = (0..shards).find(|o| inputs.states.get(o) == Some(&MemberState::Draining));
+        let missing = self.observed.nodes.len() < usize::try_from(shards).unwrap_or(0);
+        if !inputs.leaving.is_empty() {
+            Phase::ScalingIn(inputs.leaving.iter().map(name).collect())
+        } else if !joining.is_empty() {
+            Phase::ScalingOut(joining)
+        } else if let Some(ordinal) = draining.or(inputs.cold_restart) {
+            Phase::Restarting(name(&ordinal))
+        } else if let Some(ordinal) = inputs.resizing {
+            Phase::Resizing(name(&ordinal))
+        } else if !self.all_ready() || missing {
+            Phase::WaitingForNodes
+        } else if self.config_behind()
+            || !inputs.steps.is_empty()
+            || (0..shards).any(|o| !self.current_template(o))
+        {
+            Phase::Configuring
+        } else {
+            Phase::Settled
+        }
+    }
+}
+
+/// `node` reports running ring `version` or a later one.
+fn runs_ring(node: &NodeView, version: u64) -> bool {
+    node.report.is_some_and(|r| r.ring_version >= version)
+}
+
+/// A rebalance of `node`, when it can be called.
+fn rebalance(node: &NodeView) -> Option<Step> {
+    let ip = node.reachable()?;
+    Some(Step::Rebalance(node.name.clone(), ip.to_owned()))
 }
 
 /// The nodes that owe a peer a handover: the ones that say they hold copies of keys that
@@ -578,30 +875,41 @@ pub fn plan_pool(
 /// rebalance", which the age rule reads as "since it started", so the pool's youngest
 /// node kept the strays an old process handed it (a CI run's node-hung: 392 keys with a
 /// third copy for good).
+///
+/// A node up behind its closed gate counts as started: its peers owe it its copies
+/// before it is admitted ([`Pass::waiting_for_copies`]).
 fn owing_a_handover(nodes: &[NodeView]) -> Vec<&NodeView> {
     let started: Vec<(i32, u64)> = nodes
         .iter()
-        .filter(|n| n.ready)
+        .filter(|n| n.ready || n.gate == (Gate::Closed { up: true }))
         .filter_map(|n| Some((n.ordinal, n.report?.uptime_ms?)))
         .collect();
     nodes
         .iter()
         .filter(|owing| owing.reachable().is_some())
         .filter(|owing| {
-            let Some(report) = owing.report else {
-                return false;
-            };
-            if report.holds_strays {
-                return true;
-            }
-            let Some(since) = report.last_rebalance_ms_ago.or(report.uptime_ms) else {
-                return false;
-            };
-            started
-                .iter()
-                .any(|&(ordinal, uptime)| ordinal != owing.ordinal && uptime < since)
+            owing.report.is_some_and(|r| r.holds_strays)
+                || started.iter().any(|&(ordinal, uptime)| {
+                    ordinal != owing.ordinal && owes_a_handover(owing, uptime)
+                })
         })
         .collect()
+}
+
+/// `owing` holds strays, or its last whole rebalance (before the first, its own start)
+/// began before a peer that has been serving for `peer_uptime_ms` started. A node that
+/// does not report its times (an older image) owes nothing.
+fn owes_a_handover(owing: &NodeView, peer_uptime_ms: u64) -> bool {
+    let Some(report) = owing.report else {
+        return false;
+    };
+    if report.holds_strays {
+        return true;
+    }
+    report
+        .last_rebalance_ms_ago
+        .or(report.uptime_ms)
+        .is_some_and(|since| peer_uptime_ms < since)
 }
 
 /// The next resize step of `node`: `None` when its memory is done, `Some(None)` while
@@ -675,6 +983,20 @@ mod tests {
             cluster,
             &cluster.pools[0],
             &ring::all_active(shards),
+            &ring::no_zones(),
+            None,
+            0,
+        )
+    }
+
+    /// A ring of three members, all active but `ordinal` in `state`.
+    fn ring_with(cluster: &ValidatedCluster, ordinal: i32, state: MemberState) -> Topology {
+        let mut states = ring::all_active(3);
+        states.insert(ordinal, state);
+        ring::plan_topology(
+            cluster,
+            &cluster.pools[0],
+            &states,
             &ring::no_zones(),
             None,
             0,
@@ -781,6 +1103,93 @@ mod tests {
         let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
         assert_eq!(plan.steps, []);
         assert_eq!(plan.phase, Phase::Settled);
+    }
+
+    #[test]
+    fn a_replacement_waits_at_its_gate_until_its_peers_have_handed_it_its_copies() {
+        // A drain evicted demo-hot-1; its replacement is up behind its gate (up 5 s), runs
+        // the ring, and is empty: its peers last rebalanced long before it started.
+        let (cluster, mut observed) = timed_pool([
+            (7_200_000, Some(3_600_000)),
+            (5_000, None),
+            (7_200_000, None),
+        ]);
+        observed.nodes[1].ready = false;
+        observed.nodes[1].gate = Gate::Closed { up: true };
+        let waiting = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            waiting.steps,
+            [
+                Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into()),
+                Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into()),
+            ],
+            "not admitted; its peers are asked for its copies while it waits"
+        );
+        assert_eq!(waiting.phase, Phase::WaitingForNodes);
+        // Its Ready condition has been False since it was created: waiting past the
+        // out-of-ring grace does not take it out of the key space.
+        observed.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS * 3;
+        let still = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(still.layout.topology, observed.previous.clone().unwrap());
+        assert_eq!(still.steps, waiting.steps);
+
+        // One peer has rebalanced since it started, the other has not: still waiting.
+        observed.nodes[0].report = observed.nodes[0].report.map(|r| NodeReport {
+            last_rebalance_ms_ago: Some(2_000),
+            ..r
+        });
+        let half = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            half.steps,
+            [Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())]
+        );
+
+        // Both have: admitted.
+        observed.nodes[2].report = observed.nodes[2].report.map(|r| NodeReport {
+            last_rebalance_ms_ago: Some(1_000),
+            ..r
+        });
+        let whole = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(whole.steps, [Step::Admit(vec!["demo-hot-1".into()])]);
+
+        // A peer still holding strays (the evicted process's exit handoff) owes them first.
+        let mut strays = observed.clone();
+        strays.nodes[2].report = strays.nodes[2].report.map(|r| NodeReport {
+            holds_strays: true,
+            ..r
+        });
+        let plan = plan_pool(&cluster, &cluster.pools[0], &strays);
+        assert_eq!(
+            plan.steps,
+            [Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())]
+        );
+
+        // A peer that never finishes a whole rebalance keeps it out for the bound only.
+        let mut stuck = strays;
+        stuck.nodes[1].report = stuck.nodes[1].report.map(|r| NodeReport {
+            uptime_ms: Some(ADMIT_WITHOUT_COPIES_AFTER_SECONDS * 1000),
+            ..r
+        });
+        let plan = plan_pool(&cluster, &cluster.pools[0], &stuck);
+        assert!(
+            plan.steps.contains(&Step::Admit(vec!["demo-hot-1".into()])),
+            "{:?}",
+            plan.steps
+        );
+
+        // A joining member owns no keys yet: admitted once it runs the ring, as before.
+        let mut joining = observed.clone();
+        joining.nodes[0].report = joining.nodes[0].report.map(|r| NodeReport {
+            last_rebalance_ms_ago: Some(3_600_000),
+            ..r
+        });
+        joining.previous = Some(ring_with(&cluster, 1, MemberState::Joining));
+        let plan = plan_pool(&cluster, &cluster.pools[0], &joining);
+        assert!(
+            plan.steps.contains(&Step::Admit(vec!["demo-hot-1".into()])),
+            "{:?}",
+            plan.steps
+        );
     }
 
     #[test]
@@ -1155,6 +1564,55 @@ mod tests {
                 .any(|s| matches!(s, Step::Admit(_) | Step::HoldOut(_))),
             "{:?}",
             ungated.steps
+        );
+    }
+
+    #[test]
+    fn a_just_admitted_pod_keeps_its_gate_open_when_a_peer_of_its_scale_out_enters() {
+        let cluster = validated(&[("hot", 5)]);
+        let pool = &cluster.pools[0];
+        let mut states = ring::all_active(5);
+        states.insert(3, MemberState::Joining);
+        states.insert(4, MemberState::Joining);
+        let scaling = ring::plan_topology(&cluster, pool, &states, &ring::no_zones(), None, 0);
+        let gated = |o, ready, gate| NodeView {
+            gate,
+            ..node(o, ready, true, report(3, scaling.version, 10))
+        };
+        // demo-hot-3 has been Ready long enough to enter; demo-hot-4 was admitted the pass
+        // before and its kubelet has not marked it Ready yet.
+        let observed = PoolObservation {
+            statefulset_replicas: Some(5),
+            nodes: vec![
+                gated(0, true, Gate::Open),
+                gated(1, true, Gate::Open),
+                gated(2, true, Gate::Open),
+                gated(3, true, Gate::Open),
+                gated(4, false, Gate::Open),
+            ],
+            previous: Some(scaling.clone()),
+            seen_ring_version: scaling.version,
+        };
+        let plan = plan_pool(&cluster, pool, &observed);
+        assert!(plan.layout.topology.version > scaling.version);
+        let state = |o| ring::state_of(&plan.layout.topology, &cluster, pool, o);
+        assert_eq!(state(3), Some(MemberState::Active));
+        assert_eq!(state(4), Some(MemberState::Joining));
+        assert!(
+            !plan.steps.iter().any(|s| matches!(s, Step::HoldOut(_))),
+            "{:?}",
+            plan.steps
+        );
+
+        // A member taken out in the ring last published that never ran it is still held.
+        let mut taken_out = observed.clone();
+        taken_out.nodes[4].report = report(3, scaling.version - 1, 10);
+        let plan = plan_pool(&cluster, pool, &taken_out);
+        assert!(
+            plan.steps
+                .contains(&Step::HoldOut(vec!["demo-hot-4".into()])),
+            "{:?}",
+            plan.steps
         );
     }
 
@@ -1604,5 +2062,265 @@ mod tests {
         observed.nodes[0].report.as_mut().unwrap().budget_bytes = pool.budget_bytes;
         let plan = plan_pool(&larger, pool, &observed);
         assert_eq!(plan.steps, [Step::Resize("demo-hot-1".into())]);
+    }
+    /// The named steps of a pass, one at a time.
+    mod steps {
+        use super::*;
+
+        fn ring_of(cluster: &ValidatedCluster, states: &[(i32, MemberState)]) -> Topology {
+            ring::plan_topology(
+                cluster,
+                &cluster.pools[0],
+                &states.iter().copied().collect(),
+                &ring::no_zones(),
+                None,
+                0,
+            )
+        }
+
+        #[test]
+        fn leaving_counts_the_statefulsets_ordinals_and_the_pods_above_shards() {
+            let cluster = validated(&[("hot", 2)]);
+            let mut observed = settled_with(&cluster, 2);
+            observed.statefulset_replicas = Some(4);
+            observed.nodes.push(node(5, true, true, report(3, 1, 0)));
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(pass.leaving(), vec![2, 3, 5]);
+            let states = pass.member_states(&pass.leaving());
+            assert_eq!(states.get(&5), Some(&MemberState::Draining));
+            assert_eq!(states.get(&0), Some(&MemberState::Active));
+        }
+
+        #[test]
+        fn an_active_member_leaves_the_key_space_only_after_the_grace_and_while_others_serve() {
+            let cluster = validated(&[("hot", 3)]);
+            let mut observed = settled_with(&cluster, 3);
+            observed.nodes[1].ready = false;
+            observed.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS - 1;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(
+                pass.member_state(1),
+                MemberState::Active,
+                "inside the grace"
+            );
+
+            observed.nodes[1].unready_seconds = OUT_OF_RING_AFTER_UNREADY_SECONDS;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(pass.member_state(1), MemberState::Joining, "past the grace");
+
+            for other in [0, 2] {
+                observed.nodes[other].ready = false;
+            }
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(
+                pass.member_state(1),
+                MemberState::Active,
+                "nobody else serves"
+            );
+        }
+
+        #[test]
+        fn a_joining_member_enters_once_ready_for_a_moment() {
+            use MemberState::{Active, Joining};
+            let cluster = validated(&[("hot", 3)]);
+            let mut observed = settled_with(&cluster, 3);
+            observed.previous = Some(ring_of(&cluster, &[(0, Active), (1, Active), (2, Joining)]));
+            observed.nodes[2].ready_seconds = ENTER_AFTER_READY_SECONDS - 1;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(pass.member_state(2), Joining);
+            assert!(!pass.pool_settled(&pass.member_states(&[]), &[]));
+
+            observed.nodes[2].ready_seconds = ENTER_AFTER_READY_SECONDS;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(pass.member_state(2), Active);
+            let states = pass.member_states(&[]);
+            assert!(
+                !pass.pool_settled(&states, &[]),
+                "the ring published last still had a joining member"
+            );
+        }
+
+        #[test]
+        fn a_restart_drains_the_highest_outdated_member_and_a_lone_node_restarts_cold() {
+            let cluster = validated(&[("hot", 3)]);
+            let mut observed = settled_with(&cluster, 3);
+            observed.nodes[0].current_template = false;
+            observed.nodes[1].current_template = false;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            let mut states = pass.member_states(&[]);
+            assert!(pass.pool_settled(&states, &[]));
+            assert_eq!(start_restart(&pass, &mut states), None);
+            assert_eq!(states.get(&1), Some(&MemberState::Draining));
+            assert_eq!(states.get(&0), Some(&MemberState::Active));
+            assert_eq!(
+                pass.restarts(&states, None),
+                vec![
+                    Step::Rebalance("demo-hot-1".into(), "10.0.0.1".into()),
+                    Step::Evict("demo-hot-1".into()),
+                ]
+            );
+
+            let lone = validated(&[("hot", 1)]);
+            let mut observed = settled_with(&lone, 1);
+            observed.nodes[0].current_template = false;
+            let pass = Pass::new(&lone, &lone.pools[0], &observed);
+            let mut states = pass.member_states(&[]);
+            assert_eq!(start_restart(&pass, &mut states), Some(0));
+            assert_eq!(states.get(&0), Some(&MemberState::Active));
+            assert_eq!(
+                pass.restarts(&states, Some(0)),
+                vec![Step::Evict("demo-hot-0".into())]
+            );
+        }
+
+        #[test]
+        fn the_statefulset_shrinks_once_the_leaving_are_drained_and_every_node_runs_the_ring() {
+            let cluster = validated(&[("hot", 2)]);
+            let mut observed = settled_with(&cluster, 2);
+            observed.statefulset_replicas = Some(3);
+            observed.nodes.push(node(2, true, true, report(3, 2, 5)));
+            for n in &mut observed.nodes[..2] {
+                n.report = report(3, 2, 1);
+            }
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(
+                pass.statefulset_replicas(&[2], 2, false),
+                3,
+                "still holds 5"
+            );
+            observed.nodes[2].report = report(3, 2, 0);
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(
+                pass.statefulset_replicas(&[2], 2, true),
+                3,
+                "ring just changed"
+            );
+            assert_eq!(pass.statefulset_replicas(&[2], 3, false), 3, "nodes behind");
+            assert_eq!(pass.statefulset_replicas(&[2], 2, false), 2);
+            assert_eq!(pass.statefulset_replicas(&[], 9, true), 2, "nobody leaving");
+        }
+
+        #[test]
+        fn the_ring_goes_to_reachable_nodes_behind_it_and_leaving_nodes_with_entries_hand_off() {
+            let cluster = validated(&[("hot", 2)]);
+            let mut observed = settled_with(&cluster, 2);
+            observed.nodes.push(node(2, true, true, report(3, 1, 4)));
+            observed.nodes.push(node(3, true, true, report(3, 2, 0)));
+            observed.nodes.push(node(4, false, true, None));
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(
+                pass.ring_push(2),
+                Some(Step::PushRing(vec![
+                    ("demo-hot-0".into(), "10.0.0.0".into()),
+                    ("demo-hot-1".into(), "10.0.0.1".into()),
+                    ("demo-hot-2".into(), "10.0.0.2".into()),
+                ]))
+            );
+            assert_eq!(pass.ring_push(1), None);
+            let leaving = pass.leaving();
+            let states = pass.member_states(&leaving);
+            let topology = pass.next_ring(&states);
+            assert_eq!(
+                pass.handoffs(&states, &leaving, &topology, true),
+                vec![Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())],
+                "the drained one and the unreachable one are not asked"
+            );
+        }
+
+        #[test]
+        fn gates_hold_out_an_unready_joining_node_and_admit_one_running_the_ring() {
+            use MemberState::{Active, Joining};
+            let cluster = validated(&[("hot", 3)]);
+            let mut observed = settled_with(&cluster, 3);
+            observed.nodes[1].ready = false;
+            observed.nodes[1].gate = Gate::Open;
+            observed.nodes[2].gate = Gate::Closed { up: true };
+            observed.nodes[2].ready = false;
+            observed.nodes[2].report = report(3, 4, 0);
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            let states = [(0, Active), (1, Joining), (2, Joining)]
+                .into_iter()
+                .collect();
+            assert_eq!(
+                pass.gate_steps(&states, 4),
+                vec![
+                    Step::HoldOut(vec!["demo-hot-1".into()]),
+                    Step::Admit(vec!["demo-hot-2".into()]),
+                ]
+            );
+            assert_eq!(
+                pass.gate_steps(&states, 5),
+                vec![Step::HoldOut(vec!["demo-hot-1".into()])],
+                "not admitted before it runs the ring"
+            );
+            // Just admitted (its gate open, its pod not Ready yet): it runs the ring, so
+            // it is not held out again.
+            observed.nodes[2].gate = Gate::Open;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(
+                pass.gate_steps(&states, 4),
+                vec![Step::HoldOut(vec!["demo-hot-1".into()])]
+            );
+        }
+
+        #[test]
+        fn live_config_waits_while_a_node_on_the_new_generation_is_unready() {
+            let cluster = validated(&[("hot", 3)]);
+            let target = u64::try_from(cluster.generation).unwrap();
+            let mut observed = settled_with(&cluster, 3);
+            for n in &mut observed.nodes {
+                n.report = report(target - 1, 1, 1);
+            }
+            observed.nodes[2].report = report(target, 1, 1);
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert!(pass.config_behind());
+            assert_eq!(
+                pass.config_push(),
+                Some(Step::PushConfig("demo-hot-0".into(), "10.0.0.0".into()))
+            );
+            observed.nodes[2].ready = false;
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            assert_eq!(pass.config_push(), None);
+        }
+
+        #[test]
+        fn the_phase_names_the_most_disruptive_change_first() {
+            use MemberState::{Active, Draining, Joining};
+            let cluster = validated(&[("hot", 3)]);
+            let observed = settled_with(&cluster, 3);
+            let pass = Pass::new(&cluster, &cluster.pools[0], &observed);
+            let states: BTreeMap<i32, MemberState> = [(0, Active), (1, Draining), (2, Joining)]
+                .into_iter()
+                .collect();
+            let inputs = |leaving: &'static [i32], resizing| PhaseInputs {
+                states: &states,
+                leaving,
+                cold_restart: None,
+                resizing,
+                steps: &[],
+            };
+            assert_eq!(
+                pass.phase(&inputs(&[3], Some(0))),
+                Phase::ScalingIn(vec!["demo-hot-3".into()])
+            );
+            assert_eq!(
+                pass.phase(&inputs(&[], Some(0))),
+                Phase::ScalingOut(vec!["demo-hot-2".into()])
+            );
+            let all_active: BTreeMap<i32, MemberState> = (0..3).map(|o| (o, Active)).collect();
+            let settled = PhaseInputs {
+                states: &all_active,
+                leaving: &[],
+                cold_restart: None,
+                resizing: None,
+                steps: &[],
+            };
+            assert_eq!(pass.phase(&settled), Phase::Settled);
+            let resizing = PhaseInputs {
+                resizing: Some(1),
+                ..settled
+            };
+            assert_eq!(pass.phase(&resizing), Phase::Resizing("demo-hot-1".into()));
+        }
     }
 }

@@ -34,6 +34,12 @@ pub fn is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && ready_condition_true(pod)
 }
 
+/// Whether the pod's containers pass their readiness probes (`ContainersReady`) and it
+/// is not terminating: its node answers, whatever its readiness gate says.
+pub fn containers_up(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none() && condition_true(pod, "ContainersReady")
+}
+
 /// Whether the pod's `Ready` condition is `True` (a terminating pod's included: it may
 /// still be a serving endpoint).
 pub fn ready_condition_true(pod: &Pod) -> bool {
@@ -69,7 +75,7 @@ pub fn gate(pod: &Pod) -> Gate {
         Gate::Open
     } else {
         Gate::Closed {
-            up: pod.metadata.deletion_timestamp.is_none() && condition_true(pod, "ContainersReady"),
+            up: containers_up(pod),
         }
     }
 }

@@ -34,8 +34,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::build::{self, DesiredPool, PoolLayout, names};
-use crate::nodes::NodeReport;
-use crate::plan::{self, NodeView, Phase, PoolObservation, PoolPlan};
+use crate::plan::{self, NodeReport, NodeView, Phase, PoolObservation, PoolPlan};
 use crate::ring;
 use crate::status::{self, Outcome};
 use crate::validate::{self, Defaults, ValidatedCluster, ValidatedPool};
@@ -568,7 +567,7 @@ pub fn stored_cluster_bytes(cc: &CacheCluster, status: &CacheClusterStatus) -> u
             "generation": cc.metadata.generation,
             "managedFields": [
                 managed("kubectl", None, "spec", &spec),
-                managed(crate::apply::FIELD_MANAGER, Some("status"), "status", &status_value),
+                managed(crate::build::names::FIELD_MANAGER, Some("status"), "status", &status_value),
             ],
             "name": cc.metadata.name,
             "namespace": cc.metadata.namespace,

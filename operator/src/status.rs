@@ -1,22 +1,17 @@
-//! The status the operator reports: a pure computation from what reconcile saw, and
-//! the one write of it (server-side apply on `/status`).
+//! The status the operator reports: a pure computation from what reconcile saw (the
+//! write, server-side apply on `/status`, is `apply`'s).
 //!
 //! `lastTransitionTime` of a condition moves only when its status flips.
 //!
-//! Owns: [`Outcome`], the conditions, the per-pool status and the one status write.
-//! Must not call nodes or write children; imports `apply` only for the field manager.
+//! Owns: [`Outcome`], the conditions and the per-pool status. Pure: no kube client, no
+//! node calls, no writes.
 
-use crds::cachecluster::{CacheCluster, CacheClusterStatus, NodeStatus, PoolStatus};
+use crds::cachecluster::{CacheClusterStatus, NodeStatus, PoolStatus};
 use crds::conditions::{self, reasons};
 use crds::node_config::MemberState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
-use serde_json::json;
 
-use crate::apply::FIELD_MANAGER;
 use crate::build::names;
-use crate::error::{Error, Result};
 use crate::plan::{NodeView, Phase, PoolObservation, PoolPlan};
 use crate::validate::ValidatedCluster;
 
@@ -218,35 +213,6 @@ fn set_condition(
         Some(slot) => *slot = condition,
         None => conditions.push(condition),
     }
-}
-
-/// Writes `status` to the object's `/status` subresource.
-///
-/// # Errors
-/// [`Error::Status`].
-pub async fn apply_status(
-    client: &Client,
-    cc: &CacheCluster,
-    status: &CacheClusterStatus,
-) -> Result<()> {
-    let api: Api<CacheCluster> =
-        Api::namespaced(client.clone(), &cc.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": "flightcache.dev/v1alpha1",
-        "kind": "CacheCluster",
-        "status": status,
-    });
-    api.patch_status(
-        &cc.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|source| Error::Status {
-        name: cc.name_any(),
-        source,
-    })
 }
 
 /// The status of each pool from its plan and what its nodes reported (at most

@@ -22,7 +22,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, ResourceExt};
-use operator::controller::{Context, reconcile};
+use operator::context::Context;
+use operator::controller::reconcile;
 use operator::metrics::Metrics;
 use operator::validate::Defaults;
 

@@ -217,7 +217,7 @@ impl Cluster {
                         tally.expect(index, 1);
                         calls.push(ExitCall {
                             to: None,
-                            entries: vec![(index, lifetime)],
+                            entries: vec![(index, lifetime.clone())],
                             kib,
                         });
                         continue;
@@ -237,7 +237,7 @@ impl Cluster {
                             }
                         };
                         let call = &mut open[slot].1;
-                        call.entries.push((index, lifetime));
+                        call.entries.push((index, lifetime.clone()));
                         call.kib = call.kib.saturating_add(kib);
                         if call.entries.len() == EXIT_BATCH_ENTRIES {
                             calls.push(open.swap_remove(slot).1);
@@ -285,7 +285,7 @@ impl Cluster {
                 Some(forward::BatchEntry {
                     key,
                     entry: &entries.get(*index)?.entry,
-                    lifetime: *lifetime,
+                    lifetime: lifetime.clone(),
                 })
             })
             .collect();

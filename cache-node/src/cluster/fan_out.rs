@@ -1,9 +1,10 @@
-//! The pool fan-out: ListFlights over every non-draining member, and `invalidate-prefix`
-//! / `clear` on every other member.
+//! The pool fan-out: ListFlights over every non-draining member, and `invalidate-prefix`,
+//! `invalidate-tag` and `clear` on every other member.
 //!
 //! ListFlights merges this node's entries with those of every non-draining member (asked
 //! with the forwarded header so they answer locally), once per key and sorted by key.
-//! `invalidate-prefix` and `clear` add up the `removed` counts of every other member.
+//! `invalidate-prefix`, `invalidate-tag` and `clear` add up the `removed` counts of every
+//! other member.
 //! Neither fans out a request that was itself forwarded.
 //!
 //! Owns: who is asked and how the answers merge. Must not import `flight/` or `wire/`
@@ -106,8 +107,8 @@ impl Cluster {
             .collect())
     }
 
-    /// Runs `invalidate-prefix` / `clear` (`action`) on every other member and adds up
-    /// their `removed` counts. Not done for a request that was itself forwarded.
+    /// Runs `invalidate-prefix`, `invalidate-tag` or `clear` (`action`) on every other
+    /// member and adds up their `removed` counts. Not done for a request that was itself forwarded.
     ///
     /// # Errors
     /// A member that could not be reached or answered something else than the contract's
@@ -131,7 +132,7 @@ impl Cluster {
         let calls = peers.iter().map(|peer| async move {
             let body =
                 forward::do_action(&self.peers, peer, sender, action.clone(), metadata).await?;
-            // Every member answers these two actions with the same typed body.
+            // Every member answers these actions with the same typed body.
             admin::decode::<admin::RemovedAnswer>(admin::AdminAction::Clear, &body)
                 .map(|answer| answer.removed)
                 .map_err(|source| Error::BadPeerAnswer {

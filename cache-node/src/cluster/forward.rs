@@ -36,11 +36,11 @@ use super::peers::{PeerError, Peers, unreachable};
 use crate::error::{Error, Result};
 use crate::headers::{
     AGE_HEADER, COALESCE_HEADER, FORWARDED_HEADER, IDLE_HEADER, READ_HEADER, REMAINING_HEADER,
-    RING_VERSION_HEADER, STOPPING_HEADER, TTL_HEADER, WRITE_HEADER,
+    RING_VERSION_HEADER, STOPPING_HEADER, TAGS_HEADER, TTL_HEADER, WRITE_HEADER,
 };
 use crate::key::CacheKey;
 use crate::routing::members::{ForwardedBy, Peer};
-use crate::store::{Entry, Lifetime};
+use crate::store::{Entry, Lifetime, Tags};
 use crate::streams::{FlightStream, UploadRest};
 
 /// The most bytes of a relayed DoPut kept until the owner answers, so that a put whose
@@ -106,7 +106,10 @@ pub fn write_kind(metadata: &MetadataMap) -> Option<WriteKind> {
 }
 
 /// The lifetime a copy carries in its headers (fresh for a plain put).
-pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Lifetime {
+///
+/// # Errors
+/// INVALID_ARGUMENT for a tags header that is not a valid list of tags.
+pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Result<Lifetime> {
     let millis = |name: &str| {
         metadata
             .get(name)
@@ -114,14 +117,20 @@ pub fn carried_lifetime(metadata: &MetadataMap, kind: Option<WriteKind>) -> Life
             .and_then(|v| v.parse::<u64>().ok())
             .map(Duration::from_millis)
     };
-    Lifetime {
+    let tags = match metadata.get(TAGS_HEADER) {
+        Some(value) => crate::tags::from_json(value.as_bytes())
+            .map_err(|reason| Error::BadPutStream(format!("{TAGS_HEADER}: {reason}")))?,
+        None => Tags::default(),
+    };
+    Ok(Lifetime {
         ttl_override: millis(TTL_HEADER),
         age: millis(AGE_HEADER).unwrap_or_default(),
         idle: millis(IDLE_HEADER).unwrap_or_default(),
         remaining: millis(REMAINING_HEADER),
         if_absent: kind == Some(WriteKind::Migration),
         journaled: false,
-    }
+        tags,
+    })
 }
 
 /// Who forwarded this request, if anyone.
@@ -201,7 +210,7 @@ fn outgoing<T>(peers: &Peers, message: T, incoming: &MetadataMap, sender: &Sende
     let mut request = Request::new(message);
     let metadata = request.metadata_mut();
     if let Some(auth) = peers.authorization(incoming) {
-        metadata.insert("authorization", auth.clone());
+        metadata.insert(crate::headers::AUTHORIZATION_HEADER, auth.clone());
     }
     if let Ok(member) = MetadataValue::try_from(sender.member.as_str()) {
         metadata.insert(FORWARDED_HEADER, member);
@@ -534,6 +543,12 @@ pub async fn send_entry(
     if let Some(ttl) = lifetime.ttl_override {
         metadata.insert(TTL_HEADER, millis(ttl));
     }
+    if !lifetime.tags.is_empty() {
+        // Checked printable ASCII when the entry was stored: a valid header value.
+        if let Ok(tags) = MetadataValue::try_from(crate::tags::to_json(&lifetime.tags)) {
+            metadata.insert(TAGS_HEADER, tags);
+        }
+    }
     let reply = with_deadline(peers, peer, sender.deadline(), async {
         let mut results = client.do_put(request).await?.into_inner();
         results.message().await
@@ -561,7 +576,7 @@ pub fn is_migration_batch(metadata: &MetadataMap) -> bool {
 
 /// An entry's lifetime as a migration batch carries it, in the `app_metadata` of the
 /// message that begins the entry (a single handover carries the same in headers).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CarriedLifetime {
     age_ms: u64,
@@ -570,6 +585,8 @@ pub struct CarriedLifetime {
     remaining_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tags: Vec<String>,
 }
 
 impl CarriedLifetime {
@@ -580,6 +597,7 @@ impl CarriedLifetime {
             idle_ms: millis(lifetime.idle),
             remaining_ms: lifetime.remaining.map(millis),
             ttl_ms: lifetime.ttl_override.map(millis),
+            tags: lifetime.tags.iter().map(|tag| tag.to_string()).collect(),
         }
     }
 
@@ -595,6 +613,8 @@ impl CarriedLifetime {
                  ({{\"ageMs\":…,\"idleMs\":…}}): {err}"
             ))
         })?;
+        let tags = crate::tags::entry_tags(carried.tags)
+            .map_err(|err| Error::BadPutStream(format!("a migration batch entry's tags: {err}")))?;
         Ok(Lifetime {
             ttl_override: carried.ttl_ms.map(Duration::from_millis),
             age: Duration::from_millis(carried.age_ms),
@@ -602,6 +622,7 @@ impl CarriedLifetime {
             remaining: carried.remaining_ms.map(Duration::from_millis),
             if_absent: true,
             journaled: false,
+            tags,
         })
     }
 }

@@ -36,6 +36,20 @@ pub const PEER_KEEPALIVE: Duration = Duration::from_secs(1);
 /// How long connecting to a peer may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The least [`message_limit`]: clients that send a big batch as one message need it.
+pub const MIN_MESSAGE_LIMIT: usize = 64 << 20;
+
+/// The largest gRPC message a node decodes: its largest entry as one message plus 1 MiB
+/// of framing and schema, and never less than [`MIN_MESSAGE_LIMIT`]. The Flight port
+/// takes at most this much per message from clients and peers, and a peer's answer is
+/// held to it too (a peer that sends more gets its call failed, not buffered).
+pub fn message_limit(max_entry_bytes: u64) -> usize {
+    usize::try_from(max_entry_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1 << 20)
+        .max(MIN_MESSAGE_LIMIT)
+}
+
 /// The pooled channels to peers, one per address, and the counts of calls made on them.
 #[derive(Debug, Clone, Default)]
 pub struct Peers {
@@ -51,6 +65,8 @@ pub struct Peers {
     /// How peers are called when they speak TLS; replaced (and the channels
     /// reconnected) when the CA or this node's certificate rotates.
     tls: Arc<Mutex<PeerTls>>,
+    /// The largest message decoded from (or sent to) a peer; none: [`MIN_MESSAGE_LIMIT`].
+    max_message_bytes: Option<usize>,
 }
 
 /// The TLS side of calls to peers.
@@ -83,7 +99,15 @@ impl Peers {
             metrics: Some(metrics),
             authorization: None,
             tls: Arc::default(),
+            max_message_bytes: None,
         }
+    }
+
+    /// These peers, their messages held to `bytes` ([`message_limit`]).
+    #[must_use]
+    pub fn limiting_messages(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = Some(bytes);
+        self
     }
 
     /// These peers, called over TLS verified against `ca` (PEM), when it is given.
@@ -135,7 +159,7 @@ impl Peers {
     ) -> Option<&'a MetadataValue<tonic::metadata::Ascii>> {
         self.authorization
             .as_ref()
-            .or_else(|| incoming.get("authorization"))
+            .or_else(|| incoming.get(crate::headers::AUTHORIZATION_HEADER))
     }
 
     /// Counts a `method` call relayed to `peer`.
@@ -217,9 +241,10 @@ impl Peers {
     ) -> Result<FlightServiceClient<Channel>> {
         let channel = self.pooled_channel(peer)?;
         self.count_call(peer, method);
+        let limit = self.max_message_bytes.unwrap_or(MIN_MESSAGE_LIMIT);
         Ok(FlightServiceClient::new(channel)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX))
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit))
     }
 
     /// The pooled channel to `peer` (connected lazily on first use).

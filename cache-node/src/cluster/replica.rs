@@ -28,8 +28,8 @@ use crate::routing::members::{Peer, Route};
 use crate::store::{Entry, Lifetime};
 
 impl Cluster {
-    /// The lifetime `entry` carries to another node: its per-entry TTL, age, idle time
-    /// and the time left until its deadline here.
+    /// The lifetime `entry` carries to another node: its per-entry TTL, age, idle time,
+    /// the time left until its deadline here, and its tags.
     pub(super) fn carried(
         &self,
         entry: &Entry,
@@ -43,6 +43,7 @@ impl Cluster {
             remaining: Some(entry.expires_at().saturating_sub(now)),
             if_absent: false,
             journaled: false,
+            tags: crate::store::Tags::clone(entry.tags()),
         }
     }
 

@@ -26,7 +26,7 @@ use arrow_flight::{
 };
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
-use crds::admin;
+use crds::admin::{self, AdminAction as NodeAction};
 use crds::node_config::LocationMode;
 use futures::StreamExt;
 use serde_json::json;
@@ -40,7 +40,7 @@ use crate::cluster::{Cluster, ForwardedPut, Upload, lease};
 use crate::error::Error;
 use crate::key::CacheKey;
 use crate::live::LiveConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{InvalidationKind, Metrics};
 use crate::routing::members::{Route, RoutingTable};
 use crate::store::{Entry, IntakeCover, Store};
 use crate::streams::UploadRest;
@@ -108,8 +108,12 @@ impl FlightCacheService {
         copy: Option<WriteKind>,
         cover: Option<Arc<IntakeCover>>,
     ) -> Result<FlightStream<PutResult>, Error> {
-        let lifetime = forward::carried_lifetime(metadata, copy);
-        let ingested = put::ingest(&self.store, key.clone(), first, input, lifetime, cover).await;
+        let ingested = match forward::carried_lifetime(metadata, copy) {
+            Ok(lifetime) => {
+                put::ingest(&self.store, key.clone(), first, input, lifetime, cover).await
+            }
+            Err(err) => Err(err),
+        };
         self.cluster.put_finished(&key);
         let summary = ingested?;
         self.cluster
@@ -120,6 +124,22 @@ impl FlightCacheService {
             app_metadata: Bytes::from(metadata),
         };
         Ok(futures::stream::iter([Ok(reply)]).boxed())
+    }
+
+    /// Counts an invalidation a client asked of this node (`flightcache_node_invalidations_total`
+    /// and `_invalidated_entries_total`): the node it asked counts it once, with what the
+    /// pool removed; the calls it fans out or forwards are not counted again.
+    fn count_invalidation(&self, action: NodeAction, removed: u64, metadata: &MetadataMap) {
+        let kind = match action {
+            NodeAction::Invalidate => InvalidationKind::Key,
+            NodeAction::InvalidatePrefix => InvalidationKind::Prefix,
+            NodeAction::InvalidateTag => InvalidationKind::Tag,
+            NodeAction::Clear => InvalidationKind::Clear,
+            _ => return,
+        };
+        if forward::forwarded_by(metadata).is_none() {
+            self.metrics.invalidated(kind, removed);
+        }
     }
 
     /// A migration batch (`forward::send_batch`): entry after entry, each begun by a
@@ -362,7 +382,9 @@ impl FlightService for FlightCacheService {
                     .boxed();
                 let mut response = Response::new(stream);
                 if let Some(value) = header.and_then(|h| h.parse().ok()) {
-                    response.metadata_mut().insert("authorization", value);
+                    response
+                        .metadata_mut()
+                        .insert(crate::headers::AUTHORIZATION_HEADER, value);
                 }
                 response
             });
@@ -667,35 +689,29 @@ impl FlightService for FlightCacheService {
                 .copied()
                 .unwrap_or(Caller::Client);
             self.auth.authorize_action(caller, kind)?;
-            if kind == actions::NodeAction::Held && self.cluster.is_stopping() {
+            if kind == NodeAction::Held && self.cluster.is_stopping() {
                 // A rebalance removes what its owners hold: a stopping node holds
                 // nothing for long.
                 return Err(Error::Stopping);
             }
+            let routing = self.cluster.routing();
             let body = match kind {
-                actions::NodeAction::Invalidate | actions::NodeAction::Lease => {
+                NodeAction::Ping => actions::ping(),
+                NodeAction::Invalidate => {
+                    let key = actions::key_from_body(kind, &action.body)?;
+                    // Routed first: a call for a key this node cannot route fails here.
+                    self.cluster.route(&key, metadata)?;
+                    let removed = self
+                        .cluster
+                        .invalidate_copies(&key, action, metadata)
+                        .await?;
+                    self.count_invalidation(kind, u64::from(removed), metadata);
+                    Bytes::from(admin::encode(&admin::InvalidateAnswer { removed }))
+                }
+                NodeAction::Lease => {
                     let key = actions::key_from_body(kind, &action.body)?;
                     match self.cluster.route(&key, metadata)? {
-                        Route::Local if kind == actions::NodeAction::Lease => {
-                            let outcome = self.cluster.lease(&key).await;
-                            Bytes::from(admin::encode(&outcome))
-                        }
-                        Route::Local | Route::Forward(_)
-                            if kind == actions::NodeAction::Invalidate =>
-                        {
-                            let removed = self
-                                .cluster
-                                .invalidate_copies(&key, action, metadata)
-                                .await?;
-                            Bytes::from(admin::encode(&admin::InvalidateAnswer { removed }))
-                        }
-                        Route::Local => actions::run(
-                            kind,
-                            &action.body,
-                            &self.store,
-                            &self.live,
-                            self.cluster.routing(),
-                        )?,
+                        Route::Local => Bytes::from(admin::encode(&self.cluster.lease(&key).await)),
                         Route::Forward(peer) => {
                             self.cluster
                                 .forward_action(&peer, action.clone(), metadata)
@@ -703,13 +719,14 @@ impl FlightService for FlightCacheService {
                         }
                     }
                 }
-                actions::NodeAction::InvalidatePrefix | actions::NodeAction::Clear => {
+                NodeAction::InvalidatePrefix | NodeAction::InvalidateTag | NodeAction::Clear => {
                     let here = actions::remove_here(kind, &action.body, &self.store)?;
                     let elsewhere = self.cluster.remove_elsewhere(action, metadata).await?;
                     let removed = here + elsewhere;
+                    self.count_invalidation(kind, removed, metadata);
                     Bytes::from(admin::encode(&admin::RemovedAnswer { removed }))
                 }
-                actions::NodeAction::Rebalance => {
+                NodeAction::Rebalance => {
                     let request =
                         admin::RebalanceRequest::from_body(&action.body).map_err(|err| {
                             Error::BadActionBody {
@@ -722,24 +739,22 @@ impl FlightService for FlightCacheService {
                     let report = self.cluster.rebalance(request, metadata).await;
                     Bytes::from(admin::encode(&report))
                 }
-                actions::NodeAction::Stats => {
+                NodeAction::Stats => {
                     let millis =
                         |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
                     let answer = admin::StatsAnswer {
                         uptime_ms: Some(millis(self.cluster.uptime())),
                         last_rebalance_ms_ago: self.cluster.last_rebalance_ago().map(millis),
                         holds_strays: self.cluster.holds_strays(),
-                        ..actions::node_stats(&self.store, &self.live, self.cluster.routing())
+                        ..actions::node_stats(&self.store, &self.live, routing)
                     };
                     Bytes::from(admin::encode(&answer))
                 }
-                _ => actions::run(
-                    kind,
-                    &action.body,
-                    &self.store,
-                    &self.live,
-                    self.cluster.routing(),
-                )?,
+                NodeAction::Configure => {
+                    actions::configure(&action.body, &self.live, routing, &self.store)?
+                }
+                NodeAction::Topology => actions::topology(routing),
+                NodeAction::Held => actions::held(&action.body, &self.store)?,
             };
             let reply = arrow_flight::Result { body };
             Ok(futures::stream::iter([Ok(reply)]).boxed())
@@ -754,7 +769,7 @@ impl FlightService for FlightCacheService {
         _request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         let timer = self.metrics.rpc("ListActions");
-        let types = actions::NodeAction::ALL.into_iter().map(|action| {
+        let types = NodeAction::ALL.into_iter().map(|action| {
             Ok(ActionType {
                 r#type: action.as_str().to_owned(),
                 description: action.description().to_owned(),

@@ -6,11 +6,13 @@
 //! `write_with_metadata` on the first batch); later `app_metadata` is ignored:
 //!
 //! ```json
-//! {"ttl": "30s"}
+//! {"ttl": "30s", "tags": ["sales.orders", "tenant:acme"]}
 //! ```
 //!
-//! `ttl` overrides the node's default TTL for this entry (humantime syntax, > 0s). No
-//! other field is accepted, so a typo is an error rather than a silently ignored option.
+//! `ttl` overrides the node's default TTL for this entry (humantime syntax, > 0s).
+//! `tags` label the entry for `invalidate-tag` (at most 16, each 1 to 128 bytes of
+//! printable ASCII, none twice: `crds::tags`). No other field is accepted, so a typo is
+//! an error rather than a silently ignored option.
 //!
 //! Memory discipline: message bytes are counted as they arrive and the put is refused
 //! with RESOURCE_EXHAUSTED as soon as they pass the max entry size, before the entry is
@@ -44,7 +46,7 @@ use tonic::{Status, Streaming};
 use crate::assembly::Assembly;
 use crate::error::{Error, Result};
 use crate::key::CacheKey;
-use crate::store::{IntakeCover, Lifetime, Store};
+use crate::store::{IntakeCover, Lifetime, Store, Tags};
 use crate::streams::UploadRest;
 
 /// Messages with a body at least this large are sealed on the put runtime
@@ -59,20 +61,34 @@ pub const OFFLOADED_MESSAGE_BYTES: usize = 256 << 10;
 struct PutOptions {
     /// Per-entry TTL, e.g. "30s".
     ttl: Option<String>,
+    /// Tags for `invalidate-tag`, e.g. the tables the result was computed from.
+    tags: Option<Vec<String>>,
+}
+
+/// The options of a put, checked.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct CheckedOptions {
+    ttl: Option<Duration>,
+    tags: Option<Tags>,
 }
 
 /// What a successful DoPut stored; sent back as the PutResult's JSON `app_metadata`
 /// (the node-admin contract's type).
 pub use crds::admin::PutAnswer as PutSummary;
 
-fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
+fn parse_options(app_metadata: &[u8]) -> Result<CheckedOptions> {
     if app_metadata.is_empty() {
-        return Ok(None);
+        return Ok(CheckedOptions::default());
     }
     let options: PutOptions = crds::from_json_object(app_metadata)
         .map_err(|err| Error::BadPutOptions(err.to_string()))?;
+    let tags = options
+        .tags
+        .map(crate::tags::entry_tags)
+        .transpose()
+        .map_err(|err| Error::BadPutOptions(format!("tags: {err}")))?;
     let Some(ttl) = options.ttl else {
-        return Ok(None);
+        return Ok(CheckedOptions { ttl: None, tags });
     };
     let ttl = crds::quantity::parse_duration(&ttl)
         .map_err(|err| Error::BadPutOptions(format!("ttl: {err}")))?;
@@ -82,7 +98,20 @@ fn parse_options(app_metadata: &[u8]) -> Result<Option<Duration>> {
             crate::config::MAX_TTL.as_secs() / 3600
         )));
     }
-    Ok(Some(ttl))
+    Ok(CheckedOptions {
+        ttl: Some(ttl),
+        tags,
+    })
+}
+
+/// A put's own options over what a copy carries.
+fn apply_options(options: CheckedOptions, lifetime: &mut Lifetime) {
+    if let Some(ttl) = options.ttl {
+        lifetime.ttl_override = Some(ttl);
+    }
+    if let Some(tags) = options.tags {
+        lifetime.tags = tags;
+    }
 }
 
 /// What a failed DoPut request stream means. RESOURCE_EXHAUSTED comes only from the wire
@@ -162,10 +191,10 @@ pub async fn ingest(
     lifetime: Lifetime,
     cover: Option<Arc<IntakeCover>>,
 ) -> Result<PutSummary> {
-    let mut ttl_override = lifetime.ttl_override;
+    let mut lifetime = lifetime;
     let mut options_seen = !first.app_metadata.is_empty();
     if options_seen {
-        ttl_override = parse_options(&first.app_metadata)?.or(ttl_override);
+        apply_options(parse_options(&first.app_metadata)?, &mut lifetime);
     }
     let max_entry_bytes = store.config().max_entry_bytes;
     let pending = store.begin_put(key.to_store_bytes());
@@ -212,7 +241,7 @@ pub async fn ingest(
         };
         if !options_seen && assembly.batches() == 0 && !message.app_metadata.is_empty() {
             options_seen = true;
-            ttl_override = parse_options(&message.app_metadata)?.or(ttl_override);
+            apply_options(parse_options(&message.app_metadata)?, &mut lifetime);
         }
         let accepted = if message.data_body.len() >= OFFLOADED_MESSAGE_BYTES {
             // Copying and checking a large body takes a serving thread for a
@@ -232,10 +261,7 @@ pub async fn ingest(
             return Err(assembly.fail(err));
         }
     }
-    let lifetime = Lifetime {
-        ttl_override,
-        ..lifetime
-    };
+    let ttl_override = lifetime.ttl_override;
     let (outcome, rows, batch_count) = assembly.commit(lifetime, &key)?;
     let ttl = ttl_override.unwrap_or(store.config().ttl);
     tracing::debug!(%key, rows, bytes = outcome.weight_bytes, "stored entry");
@@ -253,23 +279,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn put_options_accept_ttl_and_refuse_garbage() {
-        assert_eq!(parse_options(b"").unwrap(), None);
+    fn put_options_accept_ttl_and_tags_and_refuse_garbage() {
+        let ttl = |ttl| CheckedOptions { ttl, tags: None };
+        assert_eq!(parse_options(b"").unwrap(), ttl(None));
         assert_eq!(
             parse_options(br#"{"ttl": "30s"}"#).unwrap(),
-            Some(Duration::from_secs(30))
+            ttl(Some(Duration::from_secs(30)))
         );
-        assert_eq!(parse_options(b"{}").unwrap(), None);
+        assert_eq!(parse_options(b"{}").unwrap(), ttl(None));
+        let tagged = parse_options(br#"{"tags": ["sales.orders", "tenant:acme"]}"#).unwrap();
+        let tags = tagged.tags.unwrap();
+        assert_eq!(tags.len(), 2);
+        assert_eq!(&*tags[0], "sales.orders");
+        let too_many: Vec<String> = (0..=crds::tags::MAX_TAGS_PER_ENTRY)
+            .map(|i| format!("t{i}"))
+            .collect();
+        let too_many = serde_json::json!({ "tags": too_many }).to_string();
         for bad in [
             &b"not json"[..],
             br#"{"tll": "30s"}"#,
             br#"{"ttl": "soon"}"#,
             br#"{"ttl": "0s"}"#,
             b"[1]",
+            br#"{"tags": "orders"}"#,
+            br#"{"tags": [""]}"#,
+            br#"{"tags": ["a", "a"]}"#,
+            br#"{"tags": ["caf\u00e9"]}"#,
+            too_many.as_bytes(),
         ] {
             let err = parse_options(bad).unwrap_err();
             assert!(matches!(err, Error::BadPutOptions(_)), "{err}");
         }
+        let err = parse_options(br#"{"tags": ["a", "a"]}"#).unwrap_err();
+        assert!(err.to_string().contains("tags: tag 1"), "{err}");
     }
 
     proptest::proptest! {
@@ -284,10 +326,10 @@ mod tests {
         ) {
             for input in [bytes, format!(r#"{{"ttl": "{ttl}"}}"#).into_bytes()] {
                 match parse_options(&input) {
-                    Ok(Some(ttl)) => proptest::prop_assert!(
+                    Ok(CheckedOptions { ttl: Some(ttl), .. }) => proptest::prop_assert!(
                         !ttl.is_zero() && ttl <= crate::config::MAX_TTL
                     ),
-                    Ok(None) => {}
+                    Ok(_) => {}
                     Err(err) => proptest::prop_assert!(matches!(err, Error::BadPutOptions(_))),
                 }
             }

@@ -1,11 +1,11 @@
-//! The on-disk form of one entry: a fixed header, the key, then the entry's stored IPC
-//! messages exactly as the store holds them (ADR 0007), all under one checksum.
+//! The on-disk form of one entry: a fixed header, the key, the entry's tags, then its
+//! stored IPC messages exactly as the store holds them (ADR 0007), all under one checksum.
 //!
 //! ```text
 //! offset  size  field
 //!      0     4  magic "FCDE"
-//!      4     2  format version (1)
-//!      6     2  reserved, 0
+//!      4     2  format version (2; version 1, without tags, is still read)
+//!      6     2  tags length T (0 in version 1, where the field was reserved)
 //!      8     4  CRC-32 of every other byte of the file
 //!     12     4  key length K
 //!     16     4  message count M (the schema message, then one per batch)
@@ -14,7 +14,8 @@
 //!     36     8  schema fingerprint (stable hash of the schema message's IPC header)
 //!     44     8  payload length P
 //!     52     K  key (the store key: kind byte + key bytes)
-//!   52+K     P  M times: IPC header length (4), body length (8), IPC header, body
+//!   52+K     T  each tag: its length (1), its bytes
+//! 52+K+T     P  M times: IPC header length (4), body length (8), IPC header, body
 //! ```
 //!
 //! All integers little-endian. Decoding treats the file as untrusted: every length is
@@ -34,8 +35,10 @@ use crate::store::Entry;
 
 /// First bytes of every entry file.
 pub const MAGIC: [u8; 4] = *b"FCDE";
-/// The format this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The format this build writes.
+pub const VERSION: u16 = 2;
+/// The oldest format this build reads (a warm restart after an upgrade keeps its files).
+pub const OLDEST_READ_VERSION: u16 = 1;
 /// Bytes before the key.
 pub const FIXED_HEADER_BYTES: usize = 52;
 /// Longest key a file may name (keys are bounded far below this by the node).
@@ -60,7 +63,7 @@ pub enum FormatError {
         found: [u8; 4],
     },
     /// Written by another format version.
-    #[error("format version {0} (this build reads {VERSION})")]
+    #[error("format version {0} (this build reads {OLDEST_READ_VERSION} to {VERSION})")]
     Version(u16),
     /// A length field is out of bounds.
     #[error("{field} of {value} is out of bounds")]
@@ -96,8 +99,10 @@ pub struct Head {
     pub schema_fingerprint: u64,
     /// Number of stored messages.
     pub message_count: u32,
-    /// Bytes after the key.
+    /// Bytes of the messages (after the key and the tags).
     pub payload_len: u64,
+    /// Bytes of the tags block after the key.
+    pub tags_len: u16,
 }
 
 /// One stored IPC message: its flatbuffer header and its body.
@@ -116,6 +121,8 @@ pub struct DecodedEntry {
     pub head: Head,
     /// The schema message, then one message per batch.
     pub messages: Vec<StoredMessage>,
+    /// The entry's tags, as stored (the reload checks them like a put's).
+    pub tags: Vec<String>,
 }
 
 /// The parts of an entry file, in order, for a vectored write.
@@ -164,7 +171,20 @@ pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
             payload.push(body);
         }
     }
-    let mut after_crc = Vec::with_capacity(FIXED_HEADER_BYTES - 12 + key.len());
+    // Tags are at most 128 bytes each and 16 per entry (`crds::tags`): the block fits
+    // its u16 length; one that would not is left out rather than written wrong.
+    let mut tags_block = Vec::new();
+    for tag in entry.tags().iter() {
+        if let Ok(len) = u8::try_from(tag.len()) {
+            tags_block.push(len);
+            tags_block.extend_from_slice(tag.as_bytes());
+        }
+    }
+    let tags_len = u16::try_from(tags_block.len()).unwrap_or(0);
+    if tags_len == 0 {
+        tags_block.clear();
+    }
+    let mut after_crc = Vec::with_capacity(FIXED_HEADER_BYTES - 12 + key.len() + tags_block.len());
     after_crc.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
     after_crc.extend_from_slice(
         &u32::try_from(messages.len())
@@ -176,11 +196,12 @@ pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
     after_crc.extend_from_slice(&schema_fingerprint.to_le_bytes());
     after_crc.extend_from_slice(&payload_len.to_le_bytes());
     after_crc.extend_from_slice(key);
+    after_crc.extend_from_slice(&tags_block);
     let after_crc = Bytes::from(after_crc);
     let mut crc = crc32fast::Hasher::new();
     crc.update(&MAGIC);
     crc.update(&VERSION.to_le_bytes());
-    crc.update(&0u16.to_le_bytes());
+    crc.update(&tags_len.to_le_bytes());
     crc.update(&after_crc);
     for part in &payload {
         crc.update(part);
@@ -188,7 +209,7 @@ pub fn encode(key: &[u8], entry: &Entry, created: SystemTime) -> EncodedEntry {
     let mut first = Vec::with_capacity(12);
     first.extend_from_slice(&MAGIC);
     first.extend_from_slice(&VERSION.to_le_bytes());
-    first.extend_from_slice(&0u16.to_le_bytes());
+    first.extend_from_slice(&tags_len.to_le_bytes());
     first.extend_from_slice(&crc.finalize().to_le_bytes());
     let mut parts = Vec::with_capacity(payload.len() + 2);
     parts.push(Bytes::from(first));
@@ -218,10 +239,14 @@ pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
         return Err(FormatError::Foreign { found: magic });
     }
     let version = cursor.get_u16_le();
-    if version != VERSION {
+    if !(OLDEST_READ_VERSION..=VERSION).contains(&version) {
         return Err(FormatError::Version(version));
     }
-    let _reserved = cursor.get_u16_le();
+    let tags_len = match cursor.get_u16_le() {
+        // Reserved in version 1.
+        _ if version == 1 => 0,
+        len => len,
+    };
     let _crc = cursor.get_u32_le();
     let key_len = cursor.get_u32_le();
     let message_count = cursor.get_u32_le();
@@ -250,6 +275,7 @@ pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
         schema_fingerprint,
         message_count,
         payload_len,
+        tags_len,
     })
 }
 
@@ -259,7 +285,8 @@ pub fn decode_head(bytes: &[u8]) -> Result<Head, FormatError> {
 /// [`FormatError`] for anything but an intact file of this format.
 pub fn decode(file: Bytes) -> Result<DecodedEntry, FormatError> {
     let head = decode_head(&file)?;
-    let payload_start = FIXED_HEADER_BYTES + head.key.len();
+    let tags_start = FIXED_HEADER_BYTES + head.key.len();
+    let payload_start = tags_start + usize::from(head.tags_len);
     let needed = (payload_start as u64).saturating_add(head.payload_len);
     if needed != file.len() as u64 {
         return Err(FormatError::Truncated {
@@ -275,6 +302,7 @@ pub fn decode(file: Bytes) -> Result<DecodedEntry, FormatError> {
     if stored != computed {
         return Err(FormatError::Checksum { stored, computed });
     }
+    let tags = decode_tags(&file[tags_start..payload_start])?;
     // At least 12 bytes per message: a count beyond that is a lie the checksum missed.
     if u64::from(head.message_count) > head.payload_len / 12 {
         return Err(FormatError::Bounds {
@@ -324,7 +352,30 @@ pub fn decode(file: Bytes) -> Result<DecodedEntry, FormatError> {
     if fingerprint != head.schema_fingerprint {
         return Err(FormatError::Fingerprint);
     }
-    Ok(DecodedEntry { head, messages })
+    Ok(DecodedEntry {
+        head,
+        messages,
+        tags,
+    })
+}
+
+/// The tags block: each tag's length (one byte, at least 1) and its bytes (UTF-8).
+fn decode_tags(mut block: &[u8]) -> Result<Vec<String>, FormatError> {
+    let bounds = |value: usize| FormatError::Bounds {
+        field: "tag length",
+        value: value as u64,
+    };
+    let mut tags = Vec::new();
+    while let Some((&len, rest)) = block.split_first() {
+        let len = usize::from(len);
+        if len == 0 || len > rest.len() {
+            return Err(bounds(len));
+        }
+        let tag = std::str::from_utf8(&rest[..len]).map_err(|_| bounds(len))?;
+        tags.push(tag.to_owned());
+        block = &rest[len..];
+    }
+    Ok(tags)
 }
 
 #[cfg(test)]
@@ -332,6 +383,11 @@ mod tests {
     use super::*;
 
     fn sample_file() -> Bytes {
+        sample_file_tagged(&[])
+    }
+
+    /// An entry under `Pkey` with `tags`, encoded.
+    fn sample_file_tagged(tags: &[&str]) -> Bytes {
         use std::sync::Arc;
 
         use arrow_array::{ArrayRef, Int64Array, RecordBatch};
@@ -353,7 +409,12 @@ mod tests {
         let batch = RecordBatch::try_from_iter([("n", column)]).unwrap();
         let mut put = store.begin_put(Bytes::from_static(b"Pkey"));
         put.reserve(batch_weight(&batch)).unwrap();
-        put.commit(batch.schema(), vec![batch], Some(Duration::from_secs(90)))
+        let lifetime = crate::store::Lifetime {
+            ttl_override: Some(Duration::from_secs(90)),
+            tags: tags.iter().map(|tag| Arc::<str>::from(*tag)).collect(),
+            ..crate::store::Lifetime::default()
+        };
+        put.commit_with(batch.schema(), vec![batch], lifetime)
             .unwrap();
         let entry = store.peek(b"Pkey").unwrap();
         let encoded = encode(
@@ -383,8 +444,42 @@ mod tests {
     }
 
     #[test]
+    fn an_entrys_tags_are_kept_and_a_version_1_file_reads_without_tags() {
+        let file = sample_file_tagged(&["sales.orders", "tenant:acme"]);
+        assert_eq!(u16::from_le_bytes([file[4], file[5]]), VERSION);
+        let decoded = decode(file).unwrap();
+        assert_eq!(decoded.tags, ["sales.orders", "tenant:acme"]);
+        assert_eq!(decoded.head.tags_len, 2 + 12 + 11);
+        assert_eq!(decoded.messages.len(), 2);
+
+        // What a build before tags wrote: version 1, the field reserved (0).
+        let mut old = sample_file().to_vec();
+        old[4..6].copy_from_slice(&1u16.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&old[..8]);
+        crc.update(&old[12..]);
+        let sum = crc.finalize().to_le_bytes();
+        old[8..12].copy_from_slice(&sum);
+        let decoded = decode(Bytes::from(old)).unwrap();
+        assert!(decoded.tags.is_empty());
+        assert_eq!(decoded.head.key, Bytes::from_static(b"Pkey"));
+
+        // A version from the future is refused, naming what this build reads.
+        let mut future = sample_file().to_vec();
+        future[4..6].copy_from_slice(&3u16.to_le_bytes());
+        let err = decode(Bytes::from(future)).unwrap_err();
+        assert_eq!(err, FormatError::Version(3));
+        assert!(err.to_string().contains("reads 1 to 2"), "{err}");
+    }
+
+    #[test]
     fn every_truncation_and_every_flipped_byte_is_refused() {
-        let file = sample_file();
+        for file in [sample_file(), sample_file_tagged(&["sales.orders"])] {
+            every_truncation_and_flip_of(&file);
+        }
+    }
+
+    fn every_truncation_and_flip_of(file: &Bytes) {
         for len in 0..file.len() {
             assert!(decode(file.slice(..len)).is_err(), "truncated to {len}");
         }

@@ -676,6 +676,10 @@ impl Shared {
             return Reloaded::Expired;
         }
         let since = |then: SystemTime| now.duration_since(then).unwrap_or_default();
+        let tags = match crate::tags::entry_tags(decoded.tags) {
+            Ok(tags) => tags,
+            Err(err) => return Reloaded::Corrupt(format!("its tags: {err}")),
+        };
         let lifetime = Lifetime {
             ttl_override: head.ttl_override,
             age: since(head.created),
@@ -683,6 +687,7 @@ impl Shared {
             remaining: None,
             if_absent: true,
             journaled: true,
+            tags,
         };
         let mut assembly = Assembly::new(
             self.store.begin_put(head.key.clone()),

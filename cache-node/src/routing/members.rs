@@ -99,8 +99,7 @@ impl Membership {
             .members
             .iter()
             .map(|member| {
-                RingMember::new(member.id.clone(), ring_state(member.state))
-                    .with_zone(member.zone.clone())
+                RingMember::new(member.id.clone(), member.state).with_zone(member.zone.clone())
             })
             .collect();
         Ok(Self {
@@ -164,14 +163,6 @@ impl Membership {
                 id: member.id.clone(),
                 address: member.address.clone(),
             })
-    }
-}
-
-fn ring_state(state: node_config::MemberState) -> MemberState {
-    match state {
-        node_config::MemberState::Active => MemberState::Active,
-        node_config::MemberState::Joining => MemberState::Joining,
-        node_config::MemberState::Draining => MemberState::Draining,
     }
 }
 

@@ -47,23 +47,9 @@ use std::cmp::Ordering;
 /// A member's stable identity (in a cluster: the pod name).
 pub type MemberId = String;
 
-/// The routing state of a ring member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MemberState {
-    /// Owns keys.
-    Active,
-    /// Known, owns no keys yet.
-    Joining,
-    /// Leaving, owns no keys any more.
-    Draining,
-}
-
-impl MemberState {
-    /// True if members in this state own keys.
-    pub fn owns_keys(self) -> bool {
-        matches!(self, Self::Active)
-    }
-}
+// A member's routing state is the published one (`crds::node_config`): one type from
+// the operator's ring to the node's.
+pub use crds::node_config::MemberState;
 
 /// One member of the ring.
 #[derive(Debug, Clone, PartialEq, Eq)]

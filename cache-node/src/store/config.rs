@@ -59,24 +59,9 @@ impl StoreConfig {
     }
 }
 
-/// When an entry's time to live starts counting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TtlMode {
-    /// From insertion: reads do not extend the entry's life.
-    Absolute,
-    /// From the last successful read (or insertion): every hit extends the deadline.
-    Sliding,
-}
-
-/// How the store picks victims when the byte budget or entry count needs room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EvictionPolicy {
-    /// Least recently used first.
-    Lru,
-    /// W-TinyLFU: a small recency window in front of a main LRU list, with admission
-    /// into main decided by estimated frequency. Resists scans of one-hit keys.
-    TinyLfu,
-}
+// The TTL mode and eviction policy are the contract's own types (`crds::node_config`):
+// one definition from the CRD to the store, no conversions between look-alikes.
+pub use crds::node_config::{EvictionPolicy, TtlMode};
 
 /// Why an entry left the store; also the `cause` label of the evictions metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

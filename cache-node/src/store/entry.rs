@@ -19,6 +19,10 @@ use arrow_schema::SchemaRef;
 use super::clock::duration_to_nanos;
 use super::sealed::{SealedEntry, WireMessage};
 
+/// The tags an entry carries (checked before they reach the store: `crds::tags`), shared
+/// by the entry, the store's tag index and the copies sent to peers.
+pub type Tags = std::sync::Arc<[std::sync::Arc<str>]>;
+
 /// One cached result set, visible whole or not at all.
 pub struct Entry {
     schema: SchemaRef,
@@ -29,6 +33,7 @@ pub struct Entry {
     weight_bytes: u64,
     created_at: Duration,
     ttl_override: Option<Duration>,
+    tags: Tags,
     expires_at_nanos: AtomicU64,
     hits: AtomicU64,
     /// The last access reported to the store's journal (store clock, nanoseconds).
@@ -42,6 +47,7 @@ impl Entry {
         weight_bytes: u64,
         created_at: Duration,
         ttl_override: Option<Duration>,
+        tags: Tags,
         expires_at: Duration,
         last_access: Duration,
     ) -> Self {
@@ -65,6 +71,7 @@ impl Entry {
             weight_bytes,
             created_at,
             ttl_override,
+            tags,
             expires_at_nanos: AtomicU64::new(duration_to_nanos(expires_at)),
             hits: AtomicU64::new(0),
             journaled_access_nanos: AtomicU64::new(duration_to_nanos(last_access)),
@@ -114,6 +121,11 @@ impl Entry {
         self.ttl_override
     }
 
+    /// The tags the put gave it (empty when none).
+    pub fn tags(&self) -> &Tags {
+        &self.tags
+    }
+
     /// Successful `get`s of this entry.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
@@ -158,6 +170,7 @@ impl fmt::Debug for Entry {
             .field("created_at", &self.created_at)
             .field("expires_at", &self.expires_at())
             .field("ttl_override", &self.ttl_override)
+            .field("tags", &self.tags)
             .field("hits", &self.hits())
             .finish_non_exhaustive()
     }

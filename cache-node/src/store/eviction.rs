@@ -140,7 +140,7 @@ impl EvictionOrder {
         self.remove(slot);
         let segment = match policy {
             EvictionPolicy::Lru => Segment::Main,
-            EvictionPolicy::TinyLfu => Segment::Window,
+            EvictionPolicy::Tinylfu => Segment::Window,
         };
         if self.links.len() <= slot {
             self.links.resize(slot + 1, None);
@@ -222,7 +222,7 @@ impl EvictionOrder {
                     (None, None) => None,
                 }
             }
-            EvictionPolicy::TinyLfu => {
+            EvictionPolicy::Tinylfu => {
                 let window_over_share = self.window.len + incoming.entries > shares.window_entries
                     || self.window.bytes + incoming.bytes > shares.window_bytes;
                 match (self.window.oldest, self.main.oldest) {
@@ -384,7 +384,7 @@ mod tests {
     fn tinylfu_order(main: &[SlotId], window: &[SlotId], weight: u64) -> EvictionOrder {
         let mut order = EvictionOrder::new();
         for &slot in main.iter().chain(window) {
-            order.insert(slot, slot as u64, weight, EvictionPolicy::TinyLfu);
+            order.insert(slot, slot as u64, weight, EvictionPolicy::Tinylfu);
         }
         for &slot in main {
             order.promote(slot);
@@ -411,9 +411,9 @@ mod tests {
     #[test]
     fn lru_compares_both_lists_after_a_policy_switch() {
         let mut order = EvictionOrder::new();
-        order.insert(0, 0, 1, EvictionPolicy::TinyLfu); // window
+        order.insert(0, 0, 1, EvictionPolicy::Tinylfu); // window
         order.insert(1, 1, 1, EvictionPolicy::Lru); // main
-        order.insert(2, 2, 1, EvictionPolicy::TinyLfu); // window
+        order.insert(2, 2, 1, EvictionPolicy::Tinylfu); // window
         assert_eq!(lru(&order), evict(0));
         order.touch(0);
         assert_eq!(lru(&order), evict(1));
@@ -424,7 +424,7 @@ mod tests {
         let mut sketch = sketch();
         let order = tinylfu_order(&[0, 1], &[2, 3], 1);
         let select = |sketch: &FrequencySketch| {
-            order.select(EvictionPolicy::TinyLfu, SHARES, NOTHING, sketch)
+            order.select(EvictionPolicy::Tinylfu, SHARES, NOTHING, sketch)
         };
         assert_eq!(select(&sketch), evict(2), "a tie keeps the incumbent");
         sketch.increment(2);
@@ -440,17 +440,17 @@ mod tests {
     #[test]
     fn tinylfu_promotes_for_free_while_main_is_below_its_share() {
         let order = tinylfu_order(&[0], &[1, 2], 1);
-        let selection = order.select(EvictionPolicy::TinyLfu, SHARES, NOTHING, &sketch());
+        let selection = order.select(EvictionPolicy::Tinylfu, SHARES, NOTHING, &sketch());
         assert_eq!(selection, Some(Selection::Promote(1)));
         let empty_main = tinylfu_order(&[], &[0, 1, 2], 1);
-        let selection = empty_main.select(EvictionPolicy::TinyLfu, SHARES, NOTHING, &sketch());
+        let selection = empty_main.select(EvictionPolicy::Tinylfu, SHARES, NOTHING, &sketch());
         assert_eq!(selection, Some(Selection::Promote(0)));
     }
 
     #[test]
     fn tinylfu_evicts_from_main_while_the_window_is_within_its_share() {
         let order = tinylfu_order(&[0, 1], &[2], 1);
-        let selection = order.select(EvictionPolicy::TinyLfu, SHARES, NOTHING, &sketch());
+        let selection = order.select(EvictionPolicy::Tinylfu, SHARES, NOTHING, &sketch());
         assert_eq!(selection, evict(0));
     }
 
@@ -461,15 +461,15 @@ mod tests {
             entries: 1,
             bytes: 10,
         };
-        let selection = order.select(EvictionPolicy::TinyLfu, SHARES, incoming, &sketch());
+        let selection = order.select(EvictionPolicy::Tinylfu, SHARES, incoming, &sketch());
         assert_eq!(selection, evict(2));
     }
 
     #[test]
     fn tinylfu_counts_window_bytes_against_its_share() {
         let mut order = tinylfu_order(&[0, 1], &[], 1);
-        order.insert(2, 2, 5000, EvictionPolicy::TinyLfu);
-        let selection = order.select(EvictionPolicy::TinyLfu, SHARES, NOTHING, &sketch());
+        order.insert(2, 2, 5000, EvictionPolicy::Tinylfu);
+        let selection = order.select(EvictionPolicy::Tinylfu, SHARES, NOTHING, &sketch());
         assert_eq!(selection, evict(2));
     }
 
@@ -482,7 +482,7 @@ mod tests {
             bytes: 1,
         };
         let select = |order: &EvictionOrder| {
-            order.select(EvictionPolicy::TinyLfu, shares, incoming, &sketch())
+            order.select(EvictionPolicy::Tinylfu, shares, incoming, &sketch())
         };
         assert_eq!(select(&order), Some(Selection::Promote(0)));
         order.promote(0);
@@ -492,8 +492,8 @@ mod tests {
     #[test]
     fn touch_keeps_an_entry_in_its_list() {
         let mut order = EvictionOrder::new();
-        order.insert(0, 0, 1, EvictionPolicy::TinyLfu);
-        order.insert(1, 1, 1, EvictionPolicy::TinyLfu);
+        order.insert(0, 0, 1, EvictionPolicy::Tinylfu);
+        order.insert(1, 1, 1, EvictionPolicy::Tinylfu);
         order.promote(0);
         order.insert(2, 2, 1, EvictionPolicy::Lru);
         order.touch(0);
@@ -509,7 +509,7 @@ mod tests {
         order.promote(5);
         assert_eq!(lru(&order), None);
         assert_eq!(
-            order.select(EvictionPolicy::TinyLfu, SHARES, NOTHING, &sketch()),
+            order.select(EvictionPolicy::Tinylfu, SHARES, NOTHING, &sketch()),
             None
         );
         assert_eq!(order.len(), 0);

@@ -73,7 +73,7 @@ use bytes::Bytes;
 
 pub use self::clock::{Clock, ManualClock, SystemClock};
 pub use self::config::{EvictionPolicy, RemovalCause, StoreConfig, TtlMode};
-pub use self::entry::Entry;
+pub use self::entry::{Entry, Tags};
 pub use self::error::{Error, Result};
 pub use self::journal::{Journal, JournalSettings};
 pub use self::put::PendingPut;
@@ -107,7 +107,7 @@ pub use self::weight::{batch_weight, entry_weight};
 ///     max_entry_bytes: 8 << 20,
 ///     ttl: Duration::from_secs(300),
 ///     ttl_mode: TtlMode::Absolute,
-///     eviction: EvictionPolicy::TinyLfu,
+///     eviction: EvictionPolicy::Tinylfu,
 /// };
 /// let store = Store::new(config, Arc::new(ManualClock::new()))?;
 ///
@@ -225,6 +225,17 @@ impl Store {
         let now = self.shared.clock.now();
         self.shared
             .with_inner(|inner| inner.invalidate_prefix(prefix, now))
+    }
+
+    /// Removes every entry carrying one of `tags` (cause `Explicit`; expired ones go too,
+    /// uncounted) and fails in-flight puts whose entry carries one, whenever their tags
+    /// arrived: the commit of a put begun before this call is refused, and so is a
+    /// handover of a copy written before it (for 10 minutes). Returns how many live
+    /// entries were removed.
+    pub fn invalidate_tags(&self, tags: &[Arc<str>]) -> u64 {
+        let now = self.shared.clock.now();
+        self.shared
+            .with_inner(|inner| inner.invalidate_tags(tags, now))
     }
 
     /// Removes every entry (cause `Explicit`, or `Expired` for expired ones) and fails

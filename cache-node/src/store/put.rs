@@ -128,7 +128,10 @@ impl PendingPut {
     /// As [`commit`](Self::commit).
     pub fn commit_sealed(self, sealed: SealedEntry, lifetime: Lifetime) -> Result<CommitOutcome> {
         let key_bytes = u64::try_from(self.key.len()).unwrap_or(u64::MAX);
-        let weight = sealed.weight().saturating_add(key_bytes);
+        let weight = sealed
+            .weight()
+            .saturating_add(key_bytes)
+            .saturating_add(super::weight::tags_weight(&lifetime.tags));
         let new_entry = NewEntry {
             key_hash: self.key_hash,
             sealed,

@@ -8,7 +8,7 @@
 //! Owns: every change to the store's state. No I/O; like all of `store/`, imports
 //! nothing outside the store and no gRPC or Flight crate.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::config::{RemovalCause, StoreConfig, TtlMode};
-use super::entry::Entry;
+use super::entry::{Entry, Tags};
 use super::error::{Error, Result};
 use super::eviction::{EvictionOrder, Incoming, Selection, Shares, SlotId};
 use super::expiry::{ExpiryIndex, compute_deadline};
@@ -41,6 +41,9 @@ struct Slot {
 struct PutState {
     key: Bytes,
     reserved: u64,
+    /// The tag invalidations counted when it began: one counted since refuses the put at
+    /// commit if the entry carries its tag (its tags may arrive after the first bytes).
+    tag_invalidations_before: u64,
     /// An invalidation covering `key` happened after `begin_put`.
     invalidated: bool,
     /// Set once the put failed; its reservation is then already released.
@@ -89,9 +92,30 @@ pub(crate) struct Inner {
     /// Recent invalidations (a key, or a prefix; `clear` is the empty prefix) and when
     /// they happened, so a handover of an older copy cannot bring the data back.
     tombstones: VecDeque<(Bytes, bool, Duration)>,
+    /// Tag to the keys of the stored entries carrying it.
+    tag_index: HashMap<Arc<str>, HashSet<Bytes>>,
+    /// Recent tag invalidations: each tag's last one, and all of them in order (to forget
+    /// the oldest first), so neither a put in flight nor a handover of an older copy
+    /// brings back an entry carrying the tag.
+    tag_tombstones: HashMap<Arc<str>, TagTombstone>,
+    tag_tombstone_order: VecDeque<(Arc<str>, TagTombstone)>,
+    /// Tag invalidations so far (the sequence number of the next one).
+    tag_invalidations: u64,
     /// Told of every change of the contents, in order (the disk tier), if set.
     journal: Option<JournalSettings>,
 }
+
+/// One invalidation of a tag: when (store clock) and its sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TagTombstone {
+    at: Duration,
+    sequence: u64,
+}
+
+/// A copy's age travels in whole milliseconds: a copy counts as written up to this much
+/// earlier than its age says, so a copy written just before an invalidation is never
+/// taken for one written after it.
+const COPY_AGE_RESOLUTION: Duration = Duration::from_millis(1);
 
 /// How long an invalidation keeps refusing handovers of older copies of its keys.
 pub(crate) const TOMBSTONE_WINDOW: Duration = Duration::from_secs(600);
@@ -124,6 +148,10 @@ impl Inner {
             discarded_puts: 0,
             graveyard: Vec::new(),
             tombstones: VecDeque::new(),
+            tag_index: HashMap::new(),
+            tag_tombstones: HashMap::new(),
+            tag_tombstone_order: VecDeque::new(),
+            tag_invalidations: 0,
             journal: None,
         }
     }
@@ -241,6 +269,7 @@ impl Inner {
         let put = PutState {
             key,
             reserved: 0,
+            tag_invalidations_before: self.tag_invalidations,
             invalidated: false,
             aborted: None,
         };
@@ -320,7 +349,19 @@ impl Inner {
         if let Some(error) = put.aborted {
             return Err(error);
         }
-        if put.invalidated {
+        let tags = &new.lifetime.tags;
+        // A copy (a second copy, a handover) is as old as its age says: a tag invalidated
+        // since it was written makes it stale, as one invalidated since this put began
+        // does any put.
+        let copy = new.lifetime.remaining.is_some() || new.lifetime.if_absent;
+        let written = now
+            .saturating_sub(new.lifetime.age)
+            .saturating_sub(COPY_AGE_RESOLUTION);
+        let stale_copy = copy && self.tag_invalidated_at_or_after(tags, written);
+        if put.invalidated
+            || self.tag_invalidated_after(tags, put.tag_invalidations_before)
+            || (stale_copy && !new.lifetime.if_absent)
+        {
             self.discarded_puts += 1;
             return Err(Error::InvalidatedDuringPut);
         }
@@ -351,7 +392,7 @@ impl Inner {
                 .filter(|slot| slot.deadline > now)
                 .map(|slot| slot.deadline);
             let written = now.saturating_sub(new.lifetime.age);
-            if live.is_some() || self.invalidated_since(&put.key, written) {
+            if live.is_some() || self.invalidated_since(&put.key, written) || stale_copy {
                 return Ok(CommitOutcome {
                     weight_bytes: 0,
                     replaced: false,
@@ -405,6 +446,7 @@ impl Inner {
             new.weight,
             created_at,
             lifetime.ttl_override,
+            Tags::clone(&lifetime.tags),
             deadline,
             last_access,
         );
@@ -420,6 +462,12 @@ impl Inner {
             last_access,
             deadline,
         });
+        for tag in lifetime.tags.iter() {
+            self.tag_index
+                .entry(Arc::clone(tag))
+                .or_default()
+                .insert(put.key.clone());
+        }
         self.index.insert(put.key, id);
         self.order
             .insert(id, new.key_hash, new.weight, self.config.eviction);
@@ -548,6 +596,61 @@ impl Inner {
         self.remove_all_invalidated(ids, now)
     }
 
+    /// Removes every entry carrying one of `tags`; remembers the invalidation so that a
+    /// put of such an entry begun before it, or a handover of an older copy, is refused.
+    pub(crate) fn invalidate_tags(&mut self, tags: &[Arc<str>], now: Duration) -> u64 {
+        let mut ids: Vec<SlotId> = Vec::new();
+        for tag in tags {
+            self.add_tag_tombstone(tag, now);
+            if let Some(keys) = self.tag_index.get(tag) {
+                ids.extend(keys.iter().filter_map(|key| self.index.get(key).copied()));
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        self.remove_all_invalidated(ids, now)
+    }
+
+    fn add_tag_tombstone(&mut self, tag: &Arc<str>, now: Duration) {
+        if self.tag_tombstone_order.len() >= MAX_TOMBSTONES {
+            self.forget_oldest_tag_tombstone();
+        }
+        self.tag_invalidations += 1;
+        let tombstone = TagTombstone {
+            at: now,
+            sequence: self.tag_invalidations,
+        };
+        self.tag_tombstones.insert(Arc::clone(tag), tombstone);
+        self.tag_tombstone_order
+            .push_back((Arc::clone(tag), tombstone));
+    }
+
+    fn forget_oldest_tag_tombstone(&mut self) {
+        if let Some((tag, at)) = self.tag_tombstone_order.pop_front()
+            && self.tag_tombstones.get(&tag) == Some(&at)
+        {
+            self.tag_tombstones.remove(&tag);
+        }
+    }
+
+    /// True if one of `tags` was invalidated after the first `sequence` invalidations.
+    fn tag_invalidated_after(&self, tags: &Tags, sequence: u64) -> bool {
+        sequence < self.tag_invalidations
+            && self.any_tag_tombstone(tags, |tombstone| tombstone.sequence > sequence)
+    }
+
+    /// True if one of `tags` was invalidated at or after `since` (within the window).
+    fn tag_invalidated_at_or_after(&self, tags: &Tags, since: Duration) -> bool {
+        self.any_tag_tombstone(tags, |tombstone| tombstone.at >= since)
+    }
+
+    fn any_tag_tombstone(&self, tags: &Tags, matches: impl Fn(&TagTombstone) -> bool) -> bool {
+        !self.tag_tombstones.is_empty()
+            && tags
+                .iter()
+                .any(|tag| self.tag_tombstones.get(tag).is_some_and(&matches))
+    }
+
     pub(crate) fn drop_all(&mut self, now: Duration) -> u64 {
         // Removed as an invalidation removes (same causes), but no tombstone is laid and
         // no put in flight fails.
@@ -559,6 +662,13 @@ impl Inner {
         if !self.tombstones.is_empty() {
             self.tombstones
                 .retain(|(_, _, at)| now.saturating_sub(*at) < TOMBSTONE_WINDOW);
+        }
+        while self
+            .tag_tombstone_order
+            .front()
+            .is_some_and(|(_, tombstone)| now.saturating_sub(tombstone.at) >= TOMBSTONE_WINDOW)
+        {
+            self.forget_oldest_tag_tombstone();
         }
         let mut purged = 0;
         while let Some(id) = self.expiry.first_expired(now) {
@@ -699,6 +809,14 @@ impl Inner {
             return;
         };
         self.index.remove(&slot.key);
+        for tag in slot.entry.tags().iter() {
+            if let Some(keys) = self.tag_index.get_mut(tag) {
+                keys.remove(&slot.key);
+                if keys.is_empty() {
+                    self.tag_index.remove(tag);
+                }
+            }
+        }
         self.order.remove(id);
         self.expiry.remove(slot.deadline, id);
         self.used_bytes -= slot.entry.weight_bytes();
@@ -743,6 +861,16 @@ impl Inner {
             self.index.len() as u64 <= self.config.max_entries,
             "entry cap exceeded"
         );
+        let tagged: usize = live.iter().map(|slot| slot.entry.tags().len()).sum();
+        let indexed: usize = self.tag_index.values().map(HashSet::len).sum();
+        assert_eq!(tagged, indexed, "tag index vs entries' tags");
+        for (tag, keys) in &self.tag_index {
+            assert!(!keys.is_empty(), "empty tag set kept");
+            for key in keys {
+                let slot = self.slot(self.index[key]).expect("tagged key is stored");
+                assert!(slot.entry.tags().contains(tag), "tag index vs entry");
+            }
+        }
         for (key, &id) in &self.index {
             let slot = self.slot(id).expect("indexed slot exists");
             assert_eq!(&slot.key, key);

@@ -11,6 +11,7 @@ use super::*;
 mod caps;
 mod properties;
 mod puts;
+mod tags;
 mod ttl;
 
 const SECOND: Duration = Duration::from_secs(1);

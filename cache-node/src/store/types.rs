@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::config::RemovalCause;
-use super::entry::Entry;
+use super::entry::{Entry, Tags};
 
 /// Removals counted per [`RemovalCause`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -102,9 +102,11 @@ pub struct CommitOutcome {
     pub kept_existing: bool,
 }
 
-/// How long a committed entry lives: its TTL override, and for an entry handed over from
-/// another node the age it already has there. [`Lifetime::default`] is a fresh put.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How a committed entry is installed: how long it lives (its TTL override, and for an
+/// entry handed over from another node the age it already has there), the tags it
+/// carries, and whether it may replace a live entry. [`Lifetime::default`] is a fresh
+/// put without tags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lifetime {
     /// Replaces the store TTL for this entry.
     pub ttl_override: Option<Duration>,
@@ -123,6 +125,10 @@ pub struct Lifetime {
     /// The entry comes from the journal itself (a disk tier reloading what it wrote):
     /// it is not reported to the journal as stored again.
     pub journaled: bool,
+    /// The entry's tags (`invalidate-tag` removes it when it names one). Also checked
+    /// against the tags invalidated since the put began (or, for a handover, since the
+    /// copy was written): an invalidation wins over a put in flight.
+    pub tags: Tags,
 }
 
 /// One stored entry with the bookkeeping a handover needs ([`Store::handoff_list`](super::Store::handoff_list)).

@@ -31,6 +31,17 @@ pub const ENTRY_OVERHEAD_BYTES: u64 = 256;
 /// Fixed bytes charged per record batch: the batch header and its column handles.
 pub const BATCH_OVERHEAD_BYTES: u64 = 128;
 
+/// Fixed bytes charged per tag of an entry, beside the tag's own bytes: its place in the
+/// store's tag index (a reference-counted string and a set slot holding the key).
+pub const TAG_OVERHEAD_BYTES: u64 = 64;
+
+/// What an entry's tags cost: each tag's bytes plus [`TAG_OVERHEAD_BYTES`].
+pub fn tags_weight(tags: &[std::sync::Arc<str>]) -> u64 {
+    tags.iter()
+        .map(|tag| u64::try_from(tag.len()).unwrap_or(u64::MAX) + TAG_OVERHEAD_BYTES)
+        .fold(0, u64::saturating_add)
+}
+
 /// Identity of an allocation: start of the underlying allocation and its capacity.
 ///
 /// Slices of one allocation share both, so they collapse to one key.

@@ -1,7 +1,10 @@
-//! Accepting Flight connections: at most `max_connections` open at once, and accept
-//! errors that mean the process is out of file descriptors back off instead of
-//! spinning (with descriptors exhausted the accept loop used to retry at once and hold a
-//! core at 95–99% until connections closed). Must not import `flight/` or the store.
+//! Accepting connections: at most `max_connections` open at once, and accept errors
+//! that mean the process is out of file descriptors back off instead of spinning (with
+//! descriptors exhausted the accept loop used to retry at once and hold a core at 95–99%
+//! until connections closed). The Flight port's connections live as long as their
+//! clients keep them; the metrics port's end after a fixed lifetime, so a client that
+//! sends nothing holds its place for a bounded time. Must not import `flight/` or the
+//! store.
 
 use std::future::Future;
 use std::io;
@@ -28,6 +31,8 @@ pub struct BoundedIncoming {
     keepalive: Duration,
     backoff: Option<Pin<Box<Sleep>>>,
     refused: Counter,
+    /// How long each connection may live; none: as long as its client keeps it.
+    lifetime: Option<Duration>,
 }
 
 impl BoundedIncoming {
@@ -46,7 +51,16 @@ impl BoundedIncoming {
             keepalive,
             backoff: None,
             refused,
+            lifetime: None,
         }
+    }
+
+    /// These connections, each ended `lifetime` after it was accepted: reads then see
+    /// the end of the stream, and the server closes the connection.
+    #[must_use]
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = Some(lifetime);
+        self
     }
 
     fn configure(&self, stream: &TcpStream) {
@@ -85,9 +99,13 @@ impl futures::Stream for BoundedIncoming {
                         continue;
                     };
                     self.configure(&stream);
+                    let ends = self
+                        .lifetime
+                        .map(|lifetime| Box::pin(tokio::time::sleep(lifetime)));
                     return Poll::Ready(Some(Ok(BoundedConnection {
                         stream,
                         _permit: permit,
+                        ends,
                     })));
                 }
                 Poll::Ready(Err(err)) if out_of_resources(&err) => {
@@ -106,6 +124,45 @@ impl futures::Stream for BoundedIncoming {
 pub struct BoundedConnection {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// When its lifetime ends, if it has one.
+    ends: Option<Pin<Box<Sleep>>>,
+}
+
+impl BoundedConnection {
+    /// Whether the client sends its first byte within `within` (a TLS client starts with
+    /// its ClientHello; a silent connection should not hold a handshake place long).
+    pub async fn first_byte_within(&self, within: Duration) -> bool {
+        // A peek, not readiness alone: a new socket can report itself readable with
+        // nothing to read.
+        let mut first = [0u8; 1];
+        matches!(
+            tokio::time::timeout(within, self.stream.peek(&mut first)).await,
+            Ok(Ok(1))
+        )
+    }
+}
+
+/// The metrics port's listener for axum: the bounded connections, each with its peer's
+/// address.
+impl axum::serve::Listener for BoundedIncoming {
+    type Io = BoundedConnection;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use futures::StreamExt as _;
+        loop {
+            // The stream never ends and logs its own errors; an error item is retried.
+            if let Some(Ok(connection)) = self.next().await
+                && let Ok(peer) = connection.stream.peer_addr()
+            {
+                return (connection, peer);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
 }
 
 impl Connected for BoundedConnection {
@@ -122,6 +179,12 @@ impl AsyncRead for BoundedConnection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if let Some(ends) = self.ends.as_mut()
+            && ends.as_mut().poll(cx).is_ready()
+        {
+            // Its lifetime is over: the end of the stream (nothing read).
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
@@ -158,7 +221,48 @@ impl AsyncWrite for BoundedConnection {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
     use super::*;
+
+    #[tokio::test]
+    async fn a_silent_connection_has_no_first_byte_and_a_speaking_one_has() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming =
+            BoundedIncoming::new(listener, 4, Duration::from_secs(60), Counter::default());
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(!accepted.first_byte_within(Duration::from_millis(200)).await);
+        client.write_all(b"x").await.unwrap();
+        assert!(accepted.first_byte_within(Duration::from_secs(5)).await);
+    }
+
+    #[tokio::test]
+    async fn a_connection_with_a_lifetime_reads_the_end_once_it_is_over() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let lifetime = Duration::from_millis(200);
+        let mut incoming =
+            BoundedIncoming::new(listener, 4, Duration::from_secs(60), Counter::default())
+                .with_lifetime(lifetime);
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let mut accepted = incoming.next().await.unwrap().unwrap();
+        // Within its lifetime the connection reads what the client sends.
+        client.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        accepted.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        // A client that then sends nothing: the pending read ends with the lifetime.
+        let started = tokio::time::Instant::now();
+        let read = tokio::time::timeout(Duration::from_secs(5), accepted.read(&mut buf))
+            .await
+            .expect("the read ends with the lifetime")
+            .unwrap();
+        assert_eq!(read, 0, "the end of the stream");
+        assert!(started.elapsed() < lifetime + Duration::from_millis(500));
+    }
 
     #[test]
     fn descriptor_exhaustion_backs_off_and_other_errors_do_not() {

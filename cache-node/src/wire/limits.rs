@@ -6,7 +6,10 @@
 //! every other method carries small messages (a descriptor, a ticket, an action body,
 //! credentials) and gets [`MAX_UNARY_REQUEST_BYTES`]; Handshake, which runs before
 //! authentication, gets [`MAX_HANDSHAKE_REQUEST_BYTES`]. Without it a request of any
-//! method was decoded up to the 64 MiB message limit. Must not import `flight/` or the store.
+//! method was decoded up to the 64 MiB message limit. The gRPC health service, which
+//! answers without authentication, is behind the same layer: `Check` gets
+//! [`MAX_HEALTH_REQUEST_BYTES`] and `Watch` (a stream that never ends) is refused.
+//! Must not import `flight/` or the store.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -26,10 +29,21 @@ pub const MAX_UNARY_REQUEST_BYTES: usize = 1 << 20;
 /// before the caller is authenticated.
 pub const MAX_HANDSHAKE_REQUEST_BYTES: usize = 64 << 10;
 
+/// Most bytes of a `grpc.health.v1.Health/Check` request (a service name), which is
+/// served without authentication (the kubelet's probe has no credential).
+pub const MAX_HEALTH_REQUEST_BYTES: usize = 1 << 10;
+
 const FLIGHT_PREFIX: &str = "/arrow.flight.protocol.FlightService/";
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+/// Health's streaming method: a stream that never ends, open to anyone. Not served:
+/// probes and load balancers poll `Check`.
+const HEALTH_WATCH: &str = "/grpc.health.v1.Health/Watch";
 
 /// The request body limit of the gRPC method at `path`, if it has one.
 pub fn request_limit(path: &str) -> Option<(&str, usize)> {
+    if path == HEALTH_CHECK {
+        return Some(("Check", MAX_HEALTH_REQUEST_BYTES));
+    }
     let method = path.strip_prefix(FLIGHT_PREFIX)?;
     match method {
         // Bounded by the entry size limit while it is read (wire::intake).
@@ -72,6 +86,12 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.uri().path() == HEALTH_WATCH {
+            let status = Status::unimplemented(
+                "grpc.health.v1.Health/Watch is not served (an endless stream open to anyone): poll Check",
+            );
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         let Some((method, limit)) = request_limit(request.uri().path()) else {
             return Box::pin(self.inner.call(request));
         };
@@ -119,6 +139,9 @@ mod tests {
                 Some((method, MAX_UNARY_REQUEST_BYTES))
             );
         }
-        assert_eq!(request_limit("/grpc.health.v1.Health/Check"), None);
+        assert_eq!(
+            request_limit("/grpc.health.v1.Health/Check"),
+            Some(("Check", MAX_HEALTH_REQUEST_BYTES))
+        );
     }
 }

@@ -13,6 +13,8 @@
 //! - [`hit`]: a hit the Flight adapter found, handed to the relay to send.
 //! - [`stall`]: the register of open stored-frames answers and the sweeper that lets go
 //!   of those whose reader stopped reading.
+//! - [`slow`]: a tower layer outermost on the Flight port that logs calls whose answer
+//!   began only after a second.
 //! - [`tls`]: TLS on the Flight port with a certificate that reloads when its files
 //!   change, and handshakes that never hold up accepting.
 //!
@@ -30,5 +32,6 @@ pub mod intake;
 pub mod limits;
 pub mod relay;
 pub mod seal;
+pub mod slow;
 pub mod stall;
 pub mod tls;

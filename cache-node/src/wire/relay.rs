@@ -363,7 +363,7 @@ fn add_forwarding_headers(
     if let Some(auth) = peers.authorization(incoming)
         && let Ok(value) = auth.to_str().unwrap_or_default().parse()
     {
-        headers.insert("authorization", value);
+        headers.insert(crate::headers::AUTHORIZATION_HEADER, value);
     }
     if let Ok(member) = sender.member.parse() {
         headers.insert(crate::headers::FORWARDED_HEADER, member);

@@ -255,6 +255,15 @@ pub fn two_owners(ring: &Ring, key: &str) -> (usize, usize) {
     (node_index(owners[0]), node_index(owners[1]))
 }
 
+/// The path keys `node`'s store holds (without the kind byte), sorted.
+pub fn store_keys(node: &RunningNode) -> Vec<String> {
+    node.store
+        .list(b"", usize::MAX)
+        .into_iter()
+        .map(|(key, _)| String::from_utf8(key[1..].to_vec()).unwrap())
+        .collect()
+}
+
 pub fn holds(node: &RunningNode, key: &str) -> bool {
     node.store.peek(format!("P{key}").as_bytes()).is_some()
 }

@@ -84,8 +84,8 @@ def test_list_flights_by_prefix(client):
 
 def test_every_action(client):
     assert {a.type for a in client.list_actions()} == {
-        "ping", "invalidate", "invalidate-prefix", "clear", "stats", "configure", "topology", "lease",
-        "rebalance", "held"}
+        "ping", "invalidate", "invalidate-prefix", "invalidate-tag", "clear", "stats", "configure",
+        "topology", "lease", "rebalance", "held"}
     assert action(client, "ping") == b"pong"
     # Without a topology a node owns every key: rebalance keeps everything.
     report = json.loads(action(client, "rebalance", b'{"dryRun": true}'))
@@ -119,6 +119,26 @@ def test_per_entry_ttl_and_bad_metadata(client):
         put(client, "ttl/bad", table, metadata="not json")
     with pytest.raises(pa.ArrowKeyError):
         client.do_get(flight.Ticket(b"FCT\x01Pttl/bad")).read_all()
+
+
+def test_tags_given_at_put_invalidate_every_result_of_a_table(client):
+    # What a query engine does: tag each result with the tables it read, then drop every
+    # result of a table when an ETL job rewrites it. The tags ride with the first batch
+    # (write_with_metadata), the way pyarrow sends options.
+    table = bi_table(300)
+    put(client, "q/revenue", table, metadata='{"tags": ["sales.orders", "sales.customers"]}')
+    put(client, "q/top", table, metadata='{"tags": ["sales.orders"], "ttl": "10m"}')
+    put(client, "q/churn", table, metadata='{"tags": ["crm.users"]}')
+    removed = action(client, "invalidate-tag", json.dumps({"tags": ["sales.orders"]}).encode())
+    assert json.loads(removed) == {"removed": 2}
+    for gone in [b"q/revenue", b"q/top"]:
+        with pytest.raises(pa.ArrowKeyError):
+            client.do_get(flight.Ticket(b"FCT\x01P" + gone)).read_all()
+    assert client.do_get(flight.Ticket(b"FCT\x01Pq/churn")).read_all().equals(table)
+    with pytest.raises(pa.ArrowInvalid, match="given twice"):
+        put(client, "q/bad", table, metadata='{"tags": ["a", "a"]}')
+    with pytest.raises(pa.ArrowInvalid, match="at least one tag"):
+        action(client, "invalidate-tag", b'{"tags": []}')
 
 
 def test_bad_tickets_and_unknown_keys(client):

@@ -262,6 +262,15 @@ def cache_panels(layout, scope, by, legend_prefix):
            [(f"sum by ({by}) ({rate('flightcache_node_inserts_total', scope)})", p + " stored"),
             (f"sum by ({by}) ({rate('flightcache_node_puts_rejected_total', scope)})",
              p + " rejected")]),
+        ts(layout, "Invalidations by kind",
+           "Invalidations clients asked per second by kind (key, prefix, tag, clear), and the "
+           "entries they removed across the pool (copies included); 0 while nothing is "
+           "invalidated.", "ops",
+           [(f"sum by ({by}, kind) ({rate('flightcache_node_invalidations_total', scope)}) "
+             f"or 0 * {lookups}", p + " {{kind}}"),
+            (f"sum by ({by}, kind) "
+             f"({rate('flightcache_node_invalidated_entries_total', scope)}) or 0 * {lookups}",
+             p + " {{kind}} entries removed")], width=24),
     ]
 
 

@@ -142,21 +142,22 @@ mod tests {
 
     #[test]
     fn live_fields_are_exactly_the_node_config_live_fields() {
-        let live: Vec<&str> = SPEC_FIELDS
+        use crate::node_config::LiveField;
+        let live: Vec<String> = SPEC_FIELDS
             .iter()
             .filter(|(path, class)| *class == ChangeClass::Live && path.starts_with("spec.pools"))
-            .map(|(path, _)| *path)
+            .map(|(path, _)| (*path).to_owned())
             .collect();
-        assert_eq!(
-            live,
-            [
-                "spec.pools[].maxEntries",
-                "spec.pools[].ttl",
-                "spec.pools[].ttlMode",
-                "spec.pools[].eviction",
-                "spec.pools[].locationMode"
-            ]
-        );
+        // Every live node field a pool spells the same is live in the spec; the
+        // generation is the object's, and the byte budget and entry size follow the
+        // memory limit, which resizes.
+        let expected: Vec<String> = LiveField::ALL
+            .into_iter()
+            .filter(|field| *field != LiveField::Generation && !field.follows_memory())
+            .map(|field| format!("spec.pools[].{}", field.name()))
+            .collect();
+        assert_eq!(live, expected);
+        assert_eq!(of("spec.pools[].memoryLimit"), Some(ChangeClass::Resize));
     }
 
     #[test]

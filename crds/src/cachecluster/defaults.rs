@@ -4,8 +4,6 @@
 //! CRD schema, so the API server fills in the same defaults on every create and update
 //! (`kubectl get cc -o yaml` shows them). Pure; no I/O.
 
-use super::MonitoringSpec;
-use super::pool::WhenUnsatisfiable;
 use crate::node_config::{EvictionPolicy, TtlMode};
 
 /// Flight port of every cache node, and of the pools' client Services.
@@ -32,14 +30,6 @@ pub const SPREAD_TOPOLOGY_KEYS: [&str; 2] =
 /// `spec.port`: [`PORT`].
 pub fn port() -> i32 {
     PORT
-}
-
-/// `spec.monitoring`: every monitoring field at its default.
-pub fn monitoring() -> MonitoringSpec {
-    MonitoringSpec {
-        metrics_port: metrics_port(),
-        service_monitor: service_monitor(),
-    }
 }
 
 /// `spec.monitoring.metricsPort`: [`METRICS_PORT`].
@@ -95,10 +85,4 @@ pub fn replicas() -> i32 {
 /// `spec.pools[].scheduling.spread.topologyKeys`: [`SPREAD_TOPOLOGY_KEYS`].
 pub fn spread_topology_keys() -> Vec<String> {
     SPREAD_TOPOLOGY_KEYS.map(str::to_owned).to_vec()
-}
-
-/// `spec.pools[].scheduling.spread.whenUnsatisfiable`: `ScheduleAnyway` (a cluster of
-/// one node or one zone still runs every pod).
-pub fn spread_when_unsatisfiable() -> WhenUnsatisfiable {
-    WhenUnsatisfiable::ScheduleAnyway
 }

@@ -144,7 +144,7 @@ pub struct CacheClusterSpec {
     pub tls: Option<TlsSpec>,
 
     /// Metrics settings of the cache nodes.
-    #[serde(default = "defaults::monitoring")]
+    #[serde(default)]
     pub monitoring: MonitoringSpec,
 
     /// Who may reach the nodes. The operator keeps one NetworkPolicy per pool
@@ -271,8 +271,12 @@ pub struct MonitoringSpec {
 }
 
 impl Default for MonitoringSpec {
+    /// Every monitoring field at its default.
     fn default() -> Self {
-        defaults::monitoring()
+        Self {
+            metrics_port: defaults::metrics_port(),
+            service_monitor: defaults::service_monitor(),
+        }
     }
 }
 
@@ -285,7 +289,7 @@ impl CacheClusterSpec {
             port: defaults::port(),
             auth: None,
             tls: None,
-            monitoring: defaults::monitoring(),
+            monitoring: MonitoringSpec::default(),
             network_policy: None,
         }
     }

@@ -250,7 +250,7 @@ pub struct SpreadSpec {
     /// not tolerate (lost, cordoned) do not count, so the pods of a lost zone still
     /// move to the others.
     /// Change: restart with handoff.
-    #[serde(default = "defaults::spread_when_unsatisfiable")]
+    #[serde(default)]
     pub when_unsatisfiable: WhenUnsatisfiable,
 }
 
@@ -259,7 +259,7 @@ impl Default for SpreadSpec {
     fn default() -> Self {
         Self {
             topology_keys: defaults::spread_topology_keys(),
-            when_unsatisfiable: defaults::spread_when_unsatisfiable(),
+            when_unsatisfiable: WhenUnsatisfiable::default(),
         }
     }
 }
@@ -268,7 +268,8 @@ impl Default for SpreadSpec {
 /// Pod field `topologySpreadConstraints[].whenUnsatisfiable`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum WhenUnsatisfiable {
-    /// Schedule it where the skew grows least.
+    /// Schedule it where the skew grows least. The default: a cluster of one node or one
+    /// zone still runs every pod.
     #[default]
     ScheduleAnyway,
     /// Leave it Pending until it can be placed within the skew.

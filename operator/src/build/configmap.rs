@@ -67,15 +67,13 @@ pub fn compute_node_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> 
 /// The byte budget and entry size are left out: they follow the container's memory
 /// limit, which changes by resize or restart, never ahead of it.
 pub fn compute_live_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> NodeConfig {
-    NodeConfig {
-        generation: Some(u64::try_from(cluster.generation).unwrap_or(0)),
-        max_entries: Some(pool.max_entries),
-        ttl: Some(format_duration(pool.ttl)),
-        ttl_mode: Some(pool.ttl_mode),
-        eviction: Some(pool.eviction),
-        location_mode: Some(pool.location_mode),
-        ..NodeConfig::default()
-    }
+    compute_node_config(cluster, pool).live_part(|field| !field.follows_memory())
+}
+
+/// The fields of [`compute_node_config`] a running node takes live, the byte budget and
+/// entry size included (a memory change, after the container's limit allows them).
+pub fn compute_budget_config(cluster: &ValidatedCluster, pool: &ValidatedPool) -> NodeConfig {
+    compute_node_config(cluster, pool).live_part(|_| true)
 }
 
 /// The ConfigMap `c-p` holding `node.json`: the node config and the ring.
@@ -94,7 +92,11 @@ pub fn build_configmap(
                 names::CONFIG_GENERATION_ANNOTATION.to_owned(),
                 cluster.generation.to_string(),
             )])),
-            ..super::owned_metadata(cluster, pool, names::pool_object(&cluster.name, &pool.name))
+            ..super::meta::owned_metadata(
+                cluster,
+                pool,
+                names::pool_object(&cluster.name, &pool.name),
+            )
         },
         data: Some(BTreeMap::from([(
             names::NODE_CONFIG_KEY.to_owned(),
@@ -108,6 +110,29 @@ pub fn build_configmap(
 mod tests {
     use super::*;
     use crate::validate::fixtures::validated;
+
+    #[test]
+    fn the_live_push_is_the_live_fields_of_the_node_config_and_the_budget_only_with_memory() {
+        let cluster = validated(&[("hot", 3)]);
+        let pool = &cluster.pools[0];
+        let live = compute_live_config(&cluster, pool);
+        assert!(live.ensure_live_only().is_ok());
+        assert_eq!(live.generation, Some(3));
+        assert_eq!(live.max_entries, Some(pool.max_entries));
+        assert_eq!(live.ttl, Some(format_duration(pool.ttl)));
+        assert_eq!(live.ttl_mode, Some(pool.ttl_mode));
+        assert_eq!(live.eviction, Some(pool.eviction));
+        assert_eq!(live.location_mode, Some(pool.location_mode));
+        assert_eq!((live.memory_budget, live.max_entry_size), (None, None));
+        let budget = compute_budget_config(&cluster, pool);
+        assert!(budget.ensure_live_only().is_ok());
+        assert_eq!(budget.memory_budget, Some(format_bytes(pool.budget_bytes)));
+        assert_eq!(
+            budget.max_entry_size,
+            Some(format_bytes(pool.max_entry_bytes))
+        );
+        assert_eq!(budget.ttl, live.ttl);
+    }
 
     #[test]
     fn node_config_carries_the_pool_settings_and_parses_back() {

@@ -9,6 +9,7 @@
 pub mod configmap;
 #[cfg(test)]
 pub(crate) mod golden;
+pub mod meta;
 pub mod names;
 pub mod networkpolicy;
 pub mod pdb;
@@ -23,25 +24,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crds::node_config::Topology;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::validate::{ValidatedCluster, ValidatedPool};
-
-/// Metadata of a pool's child `name`: namespace, pool labels, the controller owner
-/// reference.
-pub fn owned_metadata(
-    cluster: &ValidatedCluster,
-    pool: &ValidatedPool,
-    name: String,
-) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: Some(cluster.namespace.clone()),
-        labels: Some(names::pool_labels(&cluster.name, &pool.name)),
-        owner_references: Some(vec![cluster.owner.clone()]),
-        ..ObjectMeta::default()
-    }
-}
+use crate::validate::ValidatedCluster;
 
 /// Every object one pool needs, in apply order.
 #[derive(Debug, Clone)]
@@ -76,7 +60,10 @@ pub struct PoolLayout {
 impl PoolLayout {
     /// A new pool: every node active, ring version 1 (a test fixture).
     #[cfg(test)]
-    pub(crate) fn initial(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Self {
+    pub(crate) fn initial(
+        cluster: &ValidatedCluster,
+        pool: &crate::validate::ValidatedPool,
+    ) -> Self {
         Self {
             topology: crate::ring::plan_topology(
                 cluster,

@@ -126,3 +126,6 @@ pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+/// The field manager of every server-side apply and status patch the operator makes.
+pub const FIELD_MANAGER: &str = "flightcache-operator";

@@ -16,7 +16,8 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{names, owned_metadata};
+use super::meta::owned_metadata;
+use super::names;
 use crate::validate::{ValidatedCluster, ValidatedNetworkPolicy, ValidatedPool};
 
 /// The label every namespace carries with its own name (set by the API server).

@@ -13,7 +13,7 @@ use crate::validate::{ValidatedCluster, ValidatedPool};
 /// The PDB `c-p` with `maxUnavailable: 1`.
 pub fn build_pdb(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: super::owned_metadata(
+        metadata: super::meta::owned_metadata(
             cluster,
             pool,
             names::pool_object(&cluster.name, &pool.name),

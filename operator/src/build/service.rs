@@ -45,7 +45,7 @@ fn with_role(
 pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
     Service {
         metadata: with_role(
-            super::owned_metadata(
+            super::meta::owned_metadata(
                 cluster,
                 pool,
                 names::headless_service(&cluster.name, &pool.name),
@@ -67,7 +67,11 @@ pub fn build_headless_service(cluster: &ValidatedCluster, pool: &ValidatedPool) 
 pub fn build_client_service(cluster: &ValidatedCluster, pool: &ValidatedPool) -> Service {
     Service {
         metadata: with_role(
-            super::owned_metadata(cluster, pool, names::pool_object(&cluster.name, &pool.name)),
+            super::meta::owned_metadata(
+                cluster,
+                pool,
+                names::pool_object(&cluster.name, &pool.name),
+            ),
             "client",
         ),
         spec: Some(ServiceSpec {

@@ -80,7 +80,7 @@ pub fn build_statefulset(
         .get_or_insert_with(BTreeMap::new)
         .insert(names::CONFIG_HASH_ANNOTATION.to_owned(), hash);
     StatefulSet {
-        metadata: super::owned_metadata(
+        metadata: super::meta::owned_metadata(
             cluster,
             pool,
             names::pool_object(&cluster.name, &pool.name),

@@ -302,8 +302,17 @@ impl Recorder {
                     .phases
                     .get(phase)
                     .map_or("", |stats| stats.label.as_str());
-                let sample = format!("{label}: {op} {}: {}", err.code, err.message);
-                add_sample(&mut state.error_samples, sample);
+                // With the time the first of its kind ended, to be read beside the
+                // nodes' logs; one sample per kind.
+                let kind = format!("{label}: {op} {}: {}", err.code, err.message);
+                let seen = state
+                    .error_samples
+                    .iter()
+                    .any(|sample| sample.split_once(' ').is_some_and(|(_, rest)| rest == kind));
+                if !seen {
+                    let at = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+                    add_sample(&mut state.error_samples, format!("{at} {kind}"));
+                }
             }
             Outcome::Corrupt(what) => add_sample(&mut state.corrupt_samples, what.clone()),
             Outcome::Hit | Outcome::Miss | Outcome::PutOk => {}
@@ -504,10 +513,12 @@ mod tests {
         assert_eq!(totals["errors_by_code"]["UNAVAILABLE"], 3);
         assert_eq!(totals["hit_ratio"], json!(round6(2.0 / 7.0)));
         assert_eq!(report["max_consecutive_error_intervals"], 2);
-        assert_eq!(
-            report["error_samples"],
-            json!(["restart: get UNAVAILABLE: owner gone"])
-        );
+        // One sample for the three errors of one kind, with when the first ended.
+        let samples = report["error_samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 1, "{samples:?}");
+        let (at, kind) = samples[0].as_str().unwrap().split_once(' ').unwrap();
+        assert_eq!(kind, "restart: get UNAVAILABLE: owner gone");
+        assert!(humantime::parse_rfc3339(at).is_ok(), "{at}");
         assert_eq!(report["corrupt_samples"], json!(["load/1: bad"]));
         let phases = report["phases"].as_array().unwrap();
         let labels: Vec<&str> = phases

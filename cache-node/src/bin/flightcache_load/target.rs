@@ -18,7 +18,7 @@ use cache_node::client::{
     lost_connection_backoff, retry_unprocessed,
 };
 use cache_node::flight::MAX_FLIGHT_DATA_BYTES;
-use cache_node::headers::PREVIOUS_ATTEMPTS_HEADER;
+use cache_node::headers::{AUTHORIZATION_HEADER, PREVIOUS_ATTEMPTS_HEADER};
 use crds::admin::AdminAction;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -41,6 +41,14 @@ const KEEPALIVE: Duration = Duration::from_secs(1);
 /// answers) but nothing else comes, and the keepalive would take 2 s to say so — two such
 /// landings after the first loss used a 5 s deadline up (a freeze in CI, 2026-11-28).
 const FRESH_CONNECTION_ANSWER: Duration = Duration::from_secs(1);
+
+/// How many new connections a reconnect after a lost one opens at once through the
+/// Service: the first on which a server answers is kept, the others closed. A lost
+/// node's pod stays among the Service's endpoints until the operator has seen its
+/// heartbeat stop (~20 s), so one new connection in three went to it, and three such
+/// landings in a row used up a call's 5 s deadline (node-lost and node-hung, 2 calls per
+/// multi-node run); all three racing connections land there one time in 27.
+const RACED_CONNECTIONS: usize = 3;
 
 /// Where the calls go; shared by the workers.
 #[derive(Debug, Clone)]
@@ -184,7 +192,7 @@ impl Target {
                 let mut client = FlightClient::new(channel);
                 if let Some(token) = token {
                     client
-                        .add_header("authorization", &format!("Bearer {token}"))
+                        .add_header(AUTHORIZATION_HEADER, &format!("Bearer {token}"))
                         .map_err(|err| flight_error(&err))?;
                 }
                 Ok(Caller::Direct {
@@ -308,8 +316,9 @@ impl Caller {
 /// Service is stopping: GOAWAY) once more, one that never left the client (its connection
 /// was closing) up to three tries (`retry_unprocessed`) — and a call whose connection was
 /// lost (the process behind it crashed or hangs) after a backoff, its failure recorded in
-/// `retried`; after a lost connection each try waits [`FRESH_CONNECTION_ANSWER`] at most,
-/// then the call is tried again on a new connection (also recorded). Server answers and
+/// `retried`; after a lost connection each try goes on a new connection on which a
+/// server has answered ([`live_connection`]), waits [`FRESH_CONNECTION_ANSWER`] at most,
+/// then the call is tried again on another new connection (also recorded). Server answers and
 /// deadlines are never tried again; the caller bounds the whole by its deadline.
 ///
 /// `tries` gets one line per try that did not answer (when, how long, why) and one for
@@ -349,7 +358,7 @@ async fn tried<T>(
                             humantime::format_duration(FRESH_CONNECTION_ANSWER)
                         ),
                     });
-                    reconnect(client, endpoint);
+                    reconnect(client, endpoint, tries, &at).await;
                     continue;
                 }
             }
@@ -367,6 +376,7 @@ async fn tried<T>(
                 retried.push(flight_error(&err));
                 after_a_lost_connection = true;
                 tokio::time::sleep(lost_connection_backoff(attempt)).await;
+                reconnect(client, endpoint, tries, &at).await;
             }
             other => return other,
         }
@@ -374,13 +384,69 @@ async fn tried<T>(
 }
 
 /// Replaces the client's connection with a new one to `endpoint` (the Service picks the
-/// node again), keeping its headers (the token).
-fn reconnect(client: &mut FlightClient, endpoint: &Endpoint) {
+/// node again), keeping its headers (the token): a live one ([`live_connection`]) when a
+/// server answers within [`FRESH_CONNECTION_ANSWER`], else one made at the next call.
+/// Notes in `tries` which it got.
+async fn reconnect(
+    client: &mut FlightClient,
+    endpoint: &Endpoint,
+    tries: &mut Vec<String>,
+    at: &impl Fn() -> u128,
+) {
     let headers = client.metadata().clone();
-    let mut fresh = FlightClient::new(endpoint.connect_lazy());
+    let channel = match live_connection(endpoint, FRESH_CONNECTION_ANSWER).await {
+        Some(channel) => {
+            tries.push(format!("live connection at {} ms", at()));
+            channel
+        }
+        None => {
+            tries.push(format!("no live connection by {} ms", at()));
+            endpoint.connect_lazy()
+        }
+    };
+    let mut fresh = FlightClient::new(channel);
     *fresh.metadata_mut() = headers;
     *client = fresh;
 }
+
+/// A new connection to `endpoint` on which a server has answered — a gRPC health `Check`
+/// of the Flight service, which needs no credential, answered `SERVING` — the first of
+/// [`RACED_CONNECTIONS`] opened at once, within `within`. As gRPC-core (pyarrow) counts a
+/// connection ready only once the server's HTTP/2 SETTINGS came, so a call is never sent
+/// on a connection to a process that is gone or hangs (the kernel of a frozen node still
+/// completes the TCP handshake).
+async fn live_connection(endpoint: &Endpoint, within: Duration) -> Option<Channel> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let attempts = (0..RACED_CONNECTIONS).map(|_| {
+        let endpoint = endpoint.clone();
+        async move {
+            let channel = endpoint.connect().await.map_err(|_| ())?;
+            let request = HealthCheckRequest {
+                service: FLIGHT_SERVICE.to_owned(),
+            };
+            let answer = HealthClient::new(channel.clone())
+                .check(request)
+                .await
+                .map_err(|_| ())?;
+            if answer.into_inner().status == ServingStatus::Serving as i32 {
+                Ok(channel)
+            } else {
+                Err(())
+            }
+        }
+        .boxed()
+    });
+    match tokio::time::timeout(within, futures::future::select_ok(attempts)).await {
+        Ok(Ok((channel, _others))) => Some(channel),
+        _ => None,
+    }
+}
+
+/// The gRPC service name of Arrow Flight, as the nodes' health service reports it.
+const FLIGHT_SERVICE: &str = "arrow.flight.protocol.FlightService";
 
 /// Sets `grpc-previous-rpc-attempts` on the client's next call to `attempt - 1`, or clears
 /// it for a first try.

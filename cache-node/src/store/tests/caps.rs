@@ -210,9 +210,9 @@ fn switching_policy_live_keeps_every_entry() {
         put(&store, &format!("k{i}"), 1).unwrap();
     }
     for policy in [
-        EvictionPolicy::TinyLfu,
+        EvictionPolicy::Tinylfu,
         EvictionPolicy::Lru,
-        EvictionPolicy::TinyLfu,
+        EvictionPolicy::Tinylfu,
     ] {
         let outcome = store
             .reconfigure(StoreConfig {
@@ -263,7 +263,7 @@ fn hot_hits_under_scan(eviction: EvictionPolicy) -> u64 {
 #[test]
 fn tinylfu_keeps_a_hot_set_through_a_scan_that_flushes_lru() {
     let lru = hot_hits_under_scan(EvictionPolicy::Lru);
-    let tinylfu = hot_hits_under_scan(EvictionPolicy::TinyLfu);
+    let tinylfu = hot_hits_under_scan(EvictionPolicy::Tinylfu);
     assert_eq!(lru, 0, "LRU loses the hot set to the scan");
     assert!(
         tinylfu >= 150,

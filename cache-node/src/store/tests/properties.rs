@@ -1,6 +1,7 @@
-//! Property test: random sequences of puts, reads, invalidations, clock moves and
-//! reconfigurations never exceed the caps, never corrupt the store's bookkeeping, and
-//! an invalidation always beats a put that began before it.
+//! Property test: random sequences of puts (with tags), reads, invalidations (of keys,
+//! prefixes and tags), clock moves and reconfigurations never exceed the caps, never
+//! corrupt the store's bookkeeping (its tag index included), and an invalidation always
+//! beats a put that began before it, even when the put's tags arrive after it.
 
 use proptest::prelude::*;
 
@@ -24,6 +25,8 @@ enum Op {
         put: usize,
         rows: usize,
         ttl_secs: Option<u64>,
+        /// Which of the three tags `t0`..`t2` the entry carries (bits).
+        tags: u8,
     },
     Abandon {
         put: usize,
@@ -36,6 +39,9 @@ enum Op {
     },
     InvalidatePrefix {
         group: u8,
+    },
+    InvalidateTag {
+        tag: u8,
     },
     Clear,
     Purge,
@@ -66,7 +72,7 @@ fn config_strategy() -> impl Strategy<Value = StoreConfig> {
                     TtlMode::Absolute
                 },
                 eviction: if tinylfu {
-                    EvictionPolicy::TinyLfu
+                    EvictionPolicy::Tinylfu
                 } else {
                     EvictionPolicy::Lru
                 },
@@ -78,12 +84,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0..16u8).prop_map(|key| Op::Begin { key }),
         3 => (any::<usize>(), 0..5_000u64).prop_map(|(put, bytes)| Op::Reserve { put, bytes }),
-        3 => (any::<usize>(), 0..300usize, proptest::option::of(1..30u64))
-            .prop_map(|(put, rows, ttl_secs)| Op::Commit { put, rows, ttl_secs }),
+        3 => (any::<usize>(), 0..300usize, proptest::option::of(1..30u64), 0..8u8)
+            .prop_map(|(put, rows, ttl_secs, tags)| Op::Commit { put, rows, ttl_secs, tags }),
         1 => any::<usize>().prop_map(|put| Op::Abandon { put }),
         4 => (0..16u8).prop_map(|key| Op::Get { key }),
         1 => (0..16u8).prop_map(|key| Op::Invalidate { key }),
         1 => (0..4u8).prop_map(|group| Op::InvalidatePrefix { group }),
+        1 => (0..3u8).prop_map(|tag| Op::InvalidateTag { tag }),
         1 => Just(Op::Clear),
         1 => Just(Op::Purge),
         2 => (0..20u64).prop_map(|secs| Op::Advance { secs }),
@@ -91,11 +98,20 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A put in flight and whether the model says an invalidation has covered it.
+/// A put in flight, whether the model says an invalidation has covered its key, and the
+/// tags invalidated since it began (bits).
 struct InFlight {
     pending: PendingPut,
     name: String,
     invalidated: bool,
+    tags_invalidated: u8,
+}
+
+fn tag_list(bits: u8) -> Tags {
+    (0..3u8)
+        .filter(|tag| bits & (1 << tag) != 0)
+        .map(|tag| Arc::<str>::from(format!("t{tag}")))
+        .collect()
 }
 
 fn pick(puts: &[InFlight], index: usize) -> Option<usize> {
@@ -124,6 +140,7 @@ fn run(initial: StoreConfig, ops: Vec<Op>) {
                     pending,
                     name,
                     invalidated: false,
+                    tags_invalidated: 0,
                 });
             }
             Op::Reserve { put, bytes } => {
@@ -138,18 +155,29 @@ fn run(initial: StoreConfig, ops: Vec<Op>) {
                 put,
                 rows,
                 ttl_secs,
+                tags,
             } => {
                 if let Some(index) = pick(&puts, put) {
                     let InFlight {
                         pending,
                         name,
                         invalidated,
+                        tags_invalidated,
                     } = puts.swap_remove(index);
                     let data = batch(0, rows);
-                    let ttl = ttl_secs.map(Duration::from_secs);
-                    match pending.commit(data.schema(), vec![data], ttl) {
+                    let lifetime = Lifetime {
+                        ttl_override: ttl_secs.map(Duration::from_secs),
+                        tags: tag_list(tags),
+                        ..Lifetime::default()
+                    };
+                    match pending.commit_with(data.schema(), vec![data], lifetime) {
                         Ok(_) => {
                             assert!(!invalidated, "a put outlived an invalidation of its key");
+                            assert_eq!(
+                                tags & tags_invalidated,
+                                0,
+                                "a put outlived an invalidation of one of its tags"
+                            );
                             let entry = store
                                 .peek(name.as_bytes())
                                 .expect("committed entry visible");
@@ -183,6 +211,18 @@ fn run(initial: StoreConfig, ops: Vec<Op>) {
                 puts.iter_mut()
                     .filter(|put| put.name.starts_with(&prefix))
                     .for_each(|put| put.invalidated = true);
+            }
+            Op::InvalidateTag { tag } => {
+                let name: Arc<str> = Arc::from(format!("t{tag}"));
+                store.invalidate_tags(std::slice::from_ref(&name));
+                assert!(
+                    store
+                        .list(b"", usize::MAX)
+                        .iter()
+                        .all(|(_, entry)| !entry.tags().contains(&name))
+                );
+                puts.iter_mut()
+                    .for_each(|put| put.tags_invalidated |= 1 << tag);
             }
             Op::Clear => {
                 store.clear();

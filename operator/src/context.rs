@@ -1,0 +1,186 @@
+//! What every reconcile pass shares: the API client, the operator's defaults, metrics,
+//! the event recorder and the leader's term; and the events it publishes (notes cut to
+//! what the API server takes).
+//!
+//! Owns: [`Context`] and event publishing. Imported by `controller` and `execute`;
+//! imports neither, nor any other step.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crds::cachecluster::CacheCluster;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::observe;
+use crate::validate::Defaults;
+
+/// Shared state of every reconcile.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Operator-wide defaults.
+    pub defaults: Defaults,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// False once the API server refused a pod resize: memory changes then restart.
+    pub resize_supported: std::sync::atomic::AtomicBool,
+    /// The clusters whose ServiceMonitor was unavailable on their last pass.
+    pub(crate) monitors_unavailable: UnavailableMonitors,
+    /// What reading Nodes (for ring zones) has warned about already.
+    pub node_read_warnings: observe::NodeReadWarnings,
+    /// With leader election: this replica's term, checked before each write of a pass.
+    pub term: Option<Arc<crate::leader::Term>>,
+}
+
+impl Context {
+    /// A context publishing events as `identity`.
+    pub fn new(client: Client, defaults: Defaults, metrics: Arc<Metrics>, identity: &str) -> Self {
+        let reporter = Reporter {
+            controller: "flightcache-operator".into(),
+            instance: Some(identity.to_owned()),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            defaults,
+            metrics,
+            resize_supported: std::sync::atomic::AtomicBool::new(true),
+            monitors_unavailable: UnavailableMonitors::default(),
+            node_read_warnings: observe::NodeReadWarnings::default(),
+            term: None,
+        }
+    }
+
+    /// This context, acting only within `term` (leader election).
+    #[must_use]
+    pub fn with_term(mut self, term: Arc<crate::leader::Term>) -> Self {
+        self.term = Some(term);
+        self
+    }
+
+    /// Fails unless this replica may still write: without leader election always, with it
+    /// while its term lasts ([`crate::leader::Term`]). Asked before each write of a pass,
+    /// so a leader frozen or cut off mid-pass does not finish it on stale reads once a
+    /// standby may have taken over.
+    pub(crate) fn still_leading(&self) -> Result<()> {
+        match &self.term {
+            Some(term) if !term.holds() => Err(Error::NotLeading),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) async fn publish(
+        &self,
+        cc: &CacheCluster,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(bounded_note(note)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &cc.object_ref(&())).await {
+            tracing::warn!(error = %err, reason, "failed to publish event");
+        }
+    }
+}
+
+/// The most an `events.k8s.io/v1` Event's note may hold; the API server refuses a
+/// longer one (and the event is lost).
+const EVENT_NOTE_MAX_BYTES: usize = 1024;
+
+/// `note` cut to [`EVENT_NOTE_MAX_BYTES`] at a character boundary, ending in `…` when
+/// cut (an invalid spec over many pools, a long error chain).
+fn bounded_note(mut note: String) -> String {
+    if note.len() <= EVENT_NOTE_MAX_BYTES {
+        return note;
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = EVENT_NOTE_MAX_BYTES - ELLIPSIS.len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str(ELLIPSIS);
+    note
+}
+
+/// The clusters (namespace, name) whose ServiceMonitor was unavailable on their last
+/// pass, so `ServiceMonitorUnavailable` is published when that starts, not on every pass
+/// while it lasts. Kept in memory: a restarted operator reports it once more.
+#[derive(Debug, Default)]
+pub(crate) struct UnavailableMonitors(Mutex<BTreeSet<(String, String)>>);
+
+impl UnavailableMonitors {
+    /// Records whether the ServiceMonitor of `namespace/name` is unavailable on this
+    /// pass; true when it just became so (it was not on the cluster's last pass).
+    pub(crate) fn became_unavailable(
+        &self,
+        namespace: &str,
+        name: &str,
+        unavailable: bool,
+    ) -> bool {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (namespace.to_owned(), name.to_owned());
+        if unavailable {
+            set.insert(key)
+        } else {
+            set.remove(&key);
+            false
+        }
+    }
+
+    /// Forgets a deleted cluster.
+    pub(crate) fn forget(&self, namespace: &str, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_note_is_cut_to_what_the_api_server_takes() {
+        assert_eq!(bounded_note("short".into()), "short");
+        let exact = "x".repeat(EVENT_NOTE_MAX_BYTES);
+        assert_eq!(bounded_note(exact.clone()), exact);
+        // An invalid spec over every pool says more than 1 KiB; multi-byte characters are
+        // never split.
+        let long = "spec.pools[15].memoryLimit must be between 64Mi and 1Ti — ".repeat(40);
+        let cut = bounded_note(long.clone());
+        assert!(cut.len() <= EVENT_NOTE_MAX_BYTES, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert!(long.starts_with(cut.trim_end_matches('…')));
+    }
+
+    #[test]
+    fn service_monitor_unavailable_is_published_when_it_starts_not_on_every_pass() {
+        let memory = UnavailableMonitors::default();
+        // The transition: first pass without the ServiceMonitor resource.
+        assert!(memory.became_unavailable("ns", "demo", true));
+        // The repeat: later passes while it lasts.
+        assert!(!memory.became_unavailable("ns", "demo", true));
+        assert!(!memory.became_unavailable("ns", "demo", true));
+        // Another cluster has its own transition.
+        assert!(memory.became_unavailable("ns", "other", true));
+        // Available again (or turned off), then unavailable: a new transition.
+        assert!(!memory.became_unavailable("ns", "demo", false));
+        assert!(memory.became_unavailable("ns", "demo", true));
+        // A deleted cluster is forgotten: a new one of that name starts afresh.
+        memory.forget("ns", "demo");
+        assert!(memory.became_unavailable("ns", "demo", true));
+    }
+}
