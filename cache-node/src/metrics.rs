@@ -95,6 +95,9 @@ pub enum InvalidationKind {
     Tag,
     /// `clear`.
     Clear,
+    /// `invalidate-local`: a `CacheInvalidation` the operator runs on every node (each
+    /// node counts its own call and what it removed).
+    Resource,
 }
 
 impl InvalidationKind {
@@ -105,6 +108,7 @@ impl InvalidationKind {
             Self::Prefix => "prefix",
             Self::Tag => "tag",
             Self::Clear => "clear",
+            Self::Resource => "resource",
         }
     }
 }

@@ -50,6 +50,11 @@ fn action_body(action: AdminAction, key: &str) -> Vec<u8> {
         AdminAction::Invalidate | AdminAction::Lease => key.as_bytes().to_vec(),
         AdminAction::InvalidatePrefix => b"matrix-gone/".to_vec(),
         AdminAction::InvalidateTag => json!({"tags": ["matrix-gone"]}).to_string().into_bytes(),
+        AdminAction::InvalidateLocal => {
+            json!({"prefixes": ["matrix-gone/"], "tags": ["matrix-gone"]})
+                .to_string()
+                .into_bytes()
+        }
         AdminAction::Configure => json!({"ttl": "1h"}).to_string().into_bytes(),
         AdminAction::Rebalance => json!({"dryRun": true}).to_string().into_bytes(),
         AdminAction::Held => crds::admin::HeldRequest {
@@ -115,6 +120,7 @@ fn expected(who: &str, call: &str) -> Outcome {
         "DoAction configure",
         "DoAction rebalance",
         "DoAction held",
+        "DoAction invalidate-local",
     ]
     .contains(&call);
     match who {

@@ -18,6 +18,7 @@
 //! | `lease` | a path key or a ticket | [`LeaseAnswer`] |
 //! | `rebalance` | empty or a [`RebalanceRequest`] | [`RebalanceAnswer`] |
 //! | `held` | a [`HeldRequest`] (binary: the keys to look up) | [`HeldAnswer`] |
+//! | `invalidate-local` | an [`InvalidateLocalRequest`] | [`RemovedAnswer`] |
 //!
 //! A DoPut is answered with one `PutResult` whose `app_metadata` is a [`PutAnswer`].
 //!
@@ -60,6 +61,9 @@ pub enum AdminAction {
     Rebalance,
     /// Which of a batch of keys the node holds (a peer checking where a copy is missing).
     Held,
+    /// Remove, on this node alone, the entries some keys, prefixes and tags select (the
+    /// operator running a `CacheInvalidation` on every node).
+    InvalidateLocal,
 }
 
 /// One row of the action table: everything the contract says of an action.
@@ -80,7 +84,7 @@ pub struct ActionSpec {
 /// variants): the one place an action is named, described and given its rights. The
 /// node's dispatch is an exhaustive match on [`AdminAction`], so a new row without its
 /// arm does not compile.
-pub const ACTIONS: [ActionSpec; 11] = [
+pub const ACTIONS: [ActionSpec; 12] = [
     ActionSpec {
         action: AdminAction::Ping,
         name: "ping",
@@ -156,6 +160,16 @@ pub const ACTIONS: [ActionSpec; 11] = [
         needs_admin: true,
         description: "Which of up to 1024 keys this node holds, from its store alone. Body: each key's \
                       store bytes after its length (u32, big-endian). Result: {\"held\": [bool, ...]}.",
+    },
+    ActionSpec {
+        action: AdminAction::InvalidateLocal,
+        name: "invalidate-local",
+        // The operator's, for a CacheInvalidation: it asks every node itself, so that a
+        // node that is down is retried alone and each pool's count is exact.
+        needs_admin: true,
+        description: "Remove, on this node alone (no fan-out), every entry under one of the keys, \
+                      under one of the prefixes or carrying one of the tags. Body: JSON {\"keys\": [...], \
+                      \"prefixes\": [...], \"tags\": [...]}, at least one selector. Result: {\"removed\": N}.",
     },
 ];
 
@@ -275,7 +289,40 @@ impl InvalidateTagRequest {
     }
 }
 
-/// The answer to `invalidate-prefix`, `invalidate-tag` and `clear`: entries removed (on
+/// The body of `invalidate-local`: what to remove on the node asked, checked by
+/// [`crate::invalidation::check_selectors`] (the same bounds as a `CacheInvalidation`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InvalidateLocalRequest {
+    /// Path keys.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// Path key prefixes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<String>,
+    /// Tags.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+impl InvalidateLocalRequest {
+    /// Reads and checks a request body.
+    ///
+    /// # Errors
+    /// A message for the caller: not the JSON object, or selectors that break a rule.
+    pub fn decode(body: &[u8]) -> Result<Self, String> {
+        let request: Self = crate::from_json_object(body).map_err(|err| {
+            format!(
+                "the body must be JSON like {{\"keys\": [\"reports/daily\"], \"prefixes\": [\"reports/\"], \"tags\": [\"sales.orders\"]}}: {err}"
+            )
+        })?;
+        crate::invalidation::check_selectors(&request.keys, &request.prefixes, &request.tags)
+            .map_err(|err| err.to_string())?;
+        Ok(request)
+    }
+}
+
+/// The answer to `invalidate-prefix`, `invalidate-tag`, `clear` and `invalidate-local`: entries removed (on
 /// every member).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RemovedAnswer {

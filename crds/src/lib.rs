@@ -5,7 +5,11 @@
 //! - [`cachecluster`]: the `CacheCluster` resource (`flightcache.dev/v1alpha1`): types,
 //!   defaults, the CEL rules the API server enforces, the same checks in Rust, and the
 //!   change class of every field.
-//! - [`conditions`]: condition types and reasons of its status.
+//! - [`cacheinvalidation`]: the `CacheInvalidation` resource: a one-shot removal of
+//!   entries by key, prefix or tag that the operator runs on every node of a cluster.
+//! - [`conditions`]: condition types and reasons of the CacheCluster's status.
+//! - [`invalidation`]: the bounds of an invalidation's selectors (the CRD's and the
+//!   node's `invalidate-local`).
 //! - [`node_config`]: the node configuration file (written by the operator into a
 //!   ConfigMap, read by `flightcache-node --config`), and the body of the
 //!   `configure` action.
@@ -20,14 +24,17 @@
 
 pub mod admin;
 pub mod cachecluster;
+pub mod cacheinvalidation;
 pub mod conditions;
 #[cfg(feature = "generate")]
 pub mod generate;
+pub mod invalidation;
 pub mod node_config;
 pub mod quantity;
 pub mod tags;
 
 pub use cachecluster::{CacheCluster, CacheClusterSpec, CacheClusterStatus};
+pub use cacheinvalidation::{CacheInvalidation, CacheInvalidationSpec, CacheInvalidationStatus};
 
 /// Reads a JSON body that must be an object into `T`. serde's derive also accepts a JSON
 /// array for a struct (its fields by position: `[9,null,null,2]`), which would bypass

@@ -82,3 +82,24 @@ fn the_full_example_sets_every_field_and_is_valid() {
         assert!(text["pools"][0].get(field).is_some(), "{field}");
     }
 }
+
+#[test]
+fn the_invalidation_example_names_a_tag_and_a_key_on_every_pool() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/examples/cacheinvalidation.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let inv: crds::CacheInvalidation = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(inv.spec.cluster, "results");
+    assert_eq!(inv.spec.pools, None, "the cluster-wide form");
+    let request = inv.spec.request();
+    assert_eq!(request.tags, ["sales.orders"]);
+    assert_eq!(request.keys, ["reports/daily"]);
+    crds::invalidation::check_selectors(&request.keys, &request.prefixes, &request.tags).unwrap();
+    assert_eq!(
+        (
+            inv.spec.active_deadline_seconds,
+            inv.spec.ttl_seconds_after_finished
+        ),
+        (600, 3600)
+    );
+}

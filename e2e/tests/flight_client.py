@@ -6,6 +6,7 @@ Service by its DNS name, authenticate, put and get. Usage:
     flight_client.py action HOST PORT TOKEN ACTION EXPECT
     flight_client.py put-tagged HOST PORT TOKEN PREFIX COUNT
     flight_client.py invalidate-tag HOST PORT TOKEN TAG REMOVED
+    flight_client.py count-tagged HOST PORT TOKEN PREFIX COUNT
 
 `put` puts KEY and reads it back; `get` reads KEY and compares it with what `put` wrote.
 `put-many` puts PREFIX/0 .. PREFIX/COUNT-1 (each on a new connection, so the Service
@@ -18,6 +19,8 @@ printed).
 put options, `{"tags": [...]}`, on the first batch as pyarrow sends them).
 `invalidate-tag` runs `invalidate-tag` for TAG and fails unless the pool answers that it
 removed REMOVED entries.
+`count-tagged` reads back what `put-tagged` put and prints how many `PREFIX:even` and how
+many `PREFIX:odd` keys are present and byte-identical (`EVEN ODD`).
 TOKEN "-" means the cluster has no auth. With FLIGHTCACHE_TLS_CA set (a PEM file), the
 client speaks TLS (`grpc+tls://`) and trusts that CA; with FLIGHTCACHE_TLS_CLIENT_CERT and
 FLIGHTCACHE_TLS_CLIENT_KEY set too, it presents that client certificate.
@@ -173,6 +176,20 @@ def main() -> None:
                 assert got.equals(table(50, i)), f"{key}/{i}: different from what was put"
                 present += 1
         print(present)
+    elif verb == "count-tagged":
+        present = {"even": 0, "odd": 0}
+        for i in range(int(n)):
+            client, options = connect(host, port, token)
+            try:
+                got = client.do_get(ticket(f"{key}/{i}"), options).read_all()
+            except pa.ArrowKeyError:  # gRPC NOT_FOUND: a miss; anything else fails the run
+                got = None
+            finally:
+                client.close()
+            if got is not None:
+                assert got.equals(table(50, i)), f"{key}/{i}: different from what was put"
+                present["odd" if i % 2 else "even"] += 1
+        print(present["even"], present["odd"])
     elif verb == "action":
         expect = n
         # Without a token there is no Handshake: the call itself must be refused.

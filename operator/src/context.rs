@@ -1,21 +1,25 @@
 //! What every reconcile pass shares: the API client, the operator's defaults, metrics,
-//! the event recorder and the leader's term; and the events it publishes (notes cut to
-//! what the API server takes).
+//! the event recorder and the leader's term; the events it publishes (notes cut to
+//! what the API server takes); and the client for a cluster's nodes (its admin token and
+//! TLS from the cluster's Secrets).
 //!
-//! Owns: [`Context`] and event publishing. Imported by `controller` and `execute`;
-//! imports neither, nor any other step.
+//! Owns: [`Context`], event publishing and making the node client. Imported by
+//! `controller`, `invalidations` and `execute`; imports none of them.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crds::cachecluster::CacheCluster;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
+use crate::build::names;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::nodes::{NodeAdmin, NodeTls};
 use crate::observe;
+use crate::secrets;
 use crate::validate::Defaults;
+use crate::validate::ValidatedCluster;
 
 /// Shared state of every reconcile.
 pub struct Context {
@@ -74,9 +78,38 @@ impl Context {
         }
     }
 
-    pub(crate) async fn publish(
+    /// The client for `cluster`'s nodes, with the admin token of the cluster's internal
+    /// Secret (created on the cluster's first pass), over TLS when the cluster serves it.
+    ///
+    /// # Errors
+    /// The Secret cannot be made or used (`secrets::ensure`).
+    pub(crate) async fn node_admin(&self, cluster: &ValidatedCluster) -> Result<NodeAdmin> {
+        let tokens = secrets::ensure(&self.client, cluster).await?;
+        // Every node serves the cluster's one certificate, valid for each pool's Service
+        // name (docs/security.md): the first pool's is the name nodes are verified by.
+        let identity = tokens.tls_identity;
+        let tls = tokens.tls_ca.map(|ca| NodeTls {
+            ca,
+            identity,
+            domain: cluster.pools.first().map_or_else(String::new, |pool| {
+                format!(
+                    "{}.{}.svc",
+                    names::pool_object(&cluster.name, &pool.name),
+                    cluster.namespace
+                )
+            }),
+        });
+        Ok(NodeAdmin::new(
+            i32::from(cluster.port),
+            Some(tokens.admin),
+            tls,
+        ))
+    }
+
+    /// Publishes an event about `object` (a CacheCluster or a CacheInvalidation).
+    pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
         &self,
-        cc: &CacheCluster,
+        object: &K,
         type_: EventType,
         reason: &str,
         note: String,
@@ -88,7 +121,7 @@ impl Context {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&event, &cc.object_ref(&())).await {
+        if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
             tracing::warn!(error = %err, reason, "failed to publish event");
         }
     }

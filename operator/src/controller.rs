@@ -32,12 +32,12 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, PoolFigures, PoolLabels};
 use crate::nodeloss;
-use crate::nodes::{NodeAdmin, NodeTls};
+use crate::nodes::NodeAdmin;
 use crate::observe::{self, Observed};
 use crate::plan::{self, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
 use crate::validate::{self, ValidatedCluster};
-use crate::{apply, execute, secrets};
+use crate::{apply, execute};
 
 /// How soon to look again while a pool changes (each pass takes one step).
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
@@ -106,7 +106,7 @@ async fn node_admin_or_degraded(
     cc: &CacheCluster,
     cluster: &ValidatedCluster,
 ) -> Result<NodeAdmin> {
-    match node_admin(ctx, cluster).await {
+    match ctx.node_admin(cluster).await {
         Ok(admin) => Ok(admin),
         Err(err) => {
             let message = crate::chain(&err);
@@ -259,31 +259,6 @@ async fn report_failure(
         ctx.publish(cc, EventType::Warning, reason, message).await;
     }
     Ok(())
-}
-
-/// The client for the cluster's nodes, with the admin token of the cluster's internal
-/// Secret (created on the first pass).
-async fn node_admin(ctx: &Context, cluster: &ValidatedCluster) -> Result<NodeAdmin> {
-    let tokens = secrets::ensure(&ctx.client, cluster).await?;
-    // Every node serves the cluster's one certificate, valid for each pool's Service
-    // name (docs/security.md): the first pool's is the name nodes are verified by.
-    let identity = tokens.tls_identity;
-    let tls = tokens.tls_ca.map(|ca| NodeTls {
-        ca,
-        identity,
-        domain: cluster.pools.first().map_or_else(String::new, |pool| {
-            format!(
-                "{}.{}.svc",
-                names::pool_object(&cluster.name, &pool.name),
-                cluster.namespace
-            )
-        }),
-    });
-    Ok(NodeAdmin::new(
-        i32::from(cluster.port),
-        Some(tokens.admin),
-        tls,
-    ))
 }
 
 /// Reports a failed apply (in status when the pools' own objects failed) and returns

@@ -9,16 +9,18 @@
 //! - `rollout`: pod readiness and template readers; `status`: conditions and pool
 //!   figures.
 //! - `execute`: the node calls of a plan; [`controller`]: the pipeline of a pass;
+//!   [`invalidations`]: the CacheInvalidation controller, `invalidation_plan` its pure
+//!   bookkeeping;
 //!   [`context`]: what every pass shares; [`leader`]: Lease election; [`metrics`]:
 //!   Prometheus; `clock`: the wall clock.
 //! - [`simulate`]: the pure half of each pass driven against simulated pods and nodes,
 //!   for the control-plane bench and the tests at the CRD's limits.
 //!
 //! Layering (checked by `scripts/check-layers`, no circle): `validate`, `plan`,
-//! `nodeloss`, `ring`, `rollout`, `status`, `simulate` and `build/` are pure (no kube
+//! `nodeloss`, `ring`, `rollout`, `status`, `simulate`, `invalidation_plan` and `build/` are pure (no kube
 //! client, tokio, network, file I/O or clock, and no module that has them); the I/O is in
 //! `observe`, `apply`, `execute`, `nodes`, `secrets`, `leader`, `metrics` and `clock`;
-//! `controller` wires them.
+//! `controller` and `invalidations` wire them.
 
 pub(crate) mod apply;
 pub(crate) mod build;
@@ -29,6 +31,8 @@ pub mod context;
 pub mod controller;
 pub mod error;
 mod execute;
+pub(crate) mod invalidation_plan;
+pub mod invalidations;
 pub mod leader;
 pub mod metrics;
 pub(crate) mod nodeloss;
@@ -104,7 +108,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .with_term(Arc::clone(&term)),
         );
         tokio::select! {
-            result = controller::run_all(ctx, &config.watch_namespace) => {
+            result = run_controllers(ctx, &config.watch_namespace) => {
                 // The controllers end on SIGTERM: stop renewing, then hand the Lease over
                 // so the standby takes it at its next try rather than after the lease.
                 election.abort();
@@ -123,8 +127,27 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             Arc::clone(&metrics),
             &config.identity,
         ));
-        controller::run_all(ctx, &config.watch_namespace).await
+        run_controllers(ctx, &config.watch_namespace).await
     }
+}
+
+/// Runs the CacheCluster and the CacheInvalidation controllers until SIGTERM/Ctrl-C. An
+/// operator whose CacheInvalidation CRD is missing (a Helm upgrade does not update
+/// CRDs) keeps running its clusters and says what to apply.
+async fn run_controllers(ctx: Arc<Context>, namespaces: &[String]) -> anyhow::Result<()> {
+    let invalidations = async {
+        if let Err(err) = invalidations::run_all(Arc::clone(&ctx), namespaces).await {
+            tracing::error!(
+                error = %err,
+                "CacheInvalidations are not run: kubectl apply --server-side -f charts/flightcache/crds/"
+            );
+        }
+    };
+    let (clusters, ()) = tokio::join!(
+        controller::run_all(Arc::clone(&ctx), namespaces),
+        invalidations
+    );
+    clusters
 }
 
 fn defaults(config: &Config) -> Defaults {

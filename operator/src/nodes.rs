@@ -2,7 +2,8 @@
 //!
 //! The operator reads what each node runs (`stats`: config generation, ring version,
 //! entry count, byte budget) and pushes changes (`configure`: live config fields and the
-//! ring; `rebalance`: hand entries to their owners). Every call has a deadline, so a
+//! ring; `rebalance`: hand entries to their owners; `invalidate-local`: a
+//! CacheInvalidation's part on one node). Every call has a deadline, so a
 //! hung node delays a reconcile by seconds, never blocks it.
 //!
 //! Owns: the node client ([`NodeAdmin`]: channels, TLS, the admin token) and the typed
@@ -13,7 +14,10 @@ use std::time::Duration;
 
 use arrow_flight::{Action, FlightClient};
 use bytes::Bytes;
-use crds::admin::{self, AdminAction, AnswerError, ConfigureAnswer, RebalanceAnswer, StatsAnswer};
+use crds::admin::{
+    self, AdminAction, AnswerError, ConfigureAnswer, InvalidateLocalRequest, RebalanceAnswer,
+    RemovedAnswer, StatsAnswer,
+};
 use crds::node_config::NodeDocument;
 use futures::StreamExt;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
@@ -144,6 +148,23 @@ impl NodeAdmin {
     pub async fn rebalance(&self, ip: &str) -> Result<RebalanceAnswer, NodeCallError> {
         self.call_json(ip, AdminAction::Rebalance, Bytes::new(), REBALANCE_TIMEOUT)
             .await
+    }
+
+    /// Removes, on the node at `ip` alone, the entries `request` selects; the entries
+    /// removed.
+    ///
+    /// # Errors
+    /// [`NodeCallError`]; a refused request comes back as the node's gRPC status.
+    pub async fn invalidate_local(
+        &self,
+        ip: &str,
+        request: &InvalidateLocalRequest,
+    ) -> Result<u64, NodeCallError> {
+        let body = Bytes::from(admin::encode(request));
+        let answer: RemovedAnswer = self
+            .call_json(ip, AdminAction::InvalidateLocal, body, CALL_TIMEOUT)
+            .await?;
+        Ok(answer.removed)
     }
 
     fn address(&self, ip: &str) -> String {

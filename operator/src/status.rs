@@ -186,7 +186,7 @@ pub fn compute(
     status
 }
 
-fn set_condition(
+pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
     value: bool,

@@ -125,6 +125,35 @@ pub fn remove_here(action: NodeAction, body: &Bytes, store: &Store) -> Result<u6
     Ok(store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix)))
 }
 
+/// `invalidate-local`: removes, from this node's store alone, every entry under one of the
+/// request's path keys or prefixes or carrying one of its tags; the entries removed. The
+/// operator asks each node of a pool itself (a `CacheInvalidation`), so nothing is fanned
+/// out or forwarded.
+///
+/// # Errors
+/// [`Error::BadActionBody`] for a body that is not the documented JSON or whose selectors
+/// break a rule (`crds::invalidation`).
+pub fn invalidate_local(body: &Bytes, store: &Store) -> Result<u64> {
+    let bad_body = |reason: String| Error::BadActionBody {
+        action: NodeAction::InvalidateLocal.as_str(),
+        reason,
+    };
+    let request = admin::InvalidateLocalRequest::decode(body).map_err(bad_body)?;
+    let mut removed = 0;
+    for key in request.keys {
+        removed += u64::from(store.invalidate(&CacheKey::Path(key).to_store_bytes()));
+    }
+    for prefix in &request.prefixes {
+        removed += store.invalidate_prefix(&CacheKey::path_prefix_store_bytes(prefix));
+    }
+    if !request.tags.is_empty() {
+        let tags = crate::tags::invalidation_tags(request.tags)
+            .map_err(|err| bad_body(err.to_string()))?;
+        removed += store.invalidate_tags(&tags);
+    }
+    Ok(removed)
+}
+
 /// The key an `invalidate` or `lease` body names: a path key or a ticket.
 ///
 /// # Errors

@@ -135,6 +135,7 @@ impl FlightCacheService {
             NodeAction::InvalidatePrefix => InvalidationKind::Prefix,
             NodeAction::InvalidateTag => InvalidationKind::Tag,
             NodeAction::Clear => InvalidationKind::Clear,
+            NodeAction::InvalidateLocal => InvalidationKind::Resource,
             _ => return,
         };
         if forward::forwarded_by(metadata).is_none() {
@@ -755,6 +756,11 @@ impl FlightService for FlightCacheService {
                 }
                 NodeAction::Topology => actions::topology(routing),
                 NodeAction::Held => actions::held(&action.body, &self.store)?,
+                NodeAction::InvalidateLocal => {
+                    let removed = actions::invalidate_local(&action.body, &self.store)?;
+                    self.count_invalidation(kind, removed, metadata);
+                    Bytes::from(admin::encode(&admin::RemovedAnswer { removed }))
+                }
             };
             let reply = arrow_flight::Result { body };
             Ok(futures::stream::iter([Ok(reply)]).boxed())

@@ -1,4 +1,4 @@
-//! `crdgen`: writes the CacheCluster CRD into the Helm chart and the CRD reference into
+//! `crdgen`: writes the CacheCluster and CacheInvalidation CRDs into the Helm chart and the CRD reference into
 //! `docs/`, or with `--check` fails when the committed files differ from what it would
 //! write (the CI drift check).
 //!
@@ -40,6 +40,10 @@ fn run(check: bool) -> Result<bool, String> {
         (
             generate::CRD_PATH,
             generate::crd_yaml().map_err(|e| e.to_string())?,
+        ),
+        (
+            generate::INVALIDATION_CRD_PATH,
+            generate::invalidation_crd_yaml().map_err(|e| e.to_string())?,
         ),
         (
             generate::REFERENCE_PATH,

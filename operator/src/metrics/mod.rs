@@ -2,7 +2,8 @@
 //!
 //! `flightcache_operator_reconciles_total`, `..._reconcile_errors_total{category}`,
 //! `..._reconcile_duration_seconds`, `..._leader` (1 while this replica leads),
-//! `..._node_call_failures_total{action}`, and the per-pool series of [`pools`].
+//! `..._node_call_failures_total{action}`, `..._invalidations_total{phase}` (finished
+//! CacheInvalidations), and the per-pool series of [`pools`].
 //! Served with `/healthz` and `/readyz` on the metrics address.
 //!
 //! Owns: the registry, the operator's families and the server of `/metrics`, `/healthz`
@@ -33,6 +34,12 @@ struct ErrorLabels {
     category: &'static str,
 }
 
+/// Labels of the finished-invalidation counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
 /// Labels of the node call failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
@@ -48,6 +55,7 @@ pub struct Metrics {
     duration: Histogram,
     leader: Gauge,
     node_call_failures: Family<ActionLabels, Counter>,
+    invalidations: Family<PhaseLabels, Counter>,
     /// Per-pool series.
     pub(crate) pools: pools::PoolMetrics,
     /// True once the controller runs (for `/readyz`).
@@ -86,6 +94,12 @@ impl Default for Metrics {
             "Failed calls to cache nodes (ring and config pushes, rebalances), by action",
             node_call_failures.clone(),
         );
+        let invalidations = Family::<PhaseLabels, Counter>::default();
+        registry.register(
+            "invalidations",
+            "CacheInvalidations that finished, by phase (Complete, Failed)",
+            invalidations.clone(),
+        );
         let pools = pools::PoolMetrics::register(&mut registry);
         Self {
             registry,
@@ -94,6 +108,7 @@ impl Default for Metrics {
             duration,
             leader,
             node_call_failures,
+            invalidations,
             pools,
             ready: AtomicBool::new(false),
         }
@@ -121,6 +136,13 @@ impl Metrics {
             .get_or_create(&ActionLabels {
                 action: action.as_str(),
             })
+            .inc();
+    }
+
+    /// Counts a CacheInvalidation that finished (`Complete` or `Failed`).
+    pub fn invalidation_finished(&self, phase: &'static str) {
+        self.invalidations
+            .get_or_create(&PhaseLabels { phase })
             .inc();
     }
 
