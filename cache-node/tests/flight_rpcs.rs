@@ -159,7 +159,8 @@ async fn every_action_does_what_it_says() {
             "topology",
             "lease",
             "rebalance",
-            "held"
+            "held",
+            "invalidate-local"
         ]
     );
 

@@ -203,3 +203,122 @@ async fn handed_over_entries_keep_their_tags() {
     assert!(store_keys(cluster.node(0)).is_empty() && store_keys(cluster.node(1)).is_empty());
     cluster.shutdown().await;
 }
+
+async fn invalidate_local(
+    client: &mut arrow_flight::FlightClient,
+    body: serde_json::Value,
+) -> Result<u64, tonic::Status> {
+    let answer = action(client, "invalidate-local", body.to_string().as_bytes())
+        .await
+        .map_err(status)?;
+    let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    Ok(answer["removed"].as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn invalidate_local_removes_what_it_selects_on_the_node_asked_alone() {
+    // What the operator sends each node for a CacheInvalidation: no fan-out, so each
+    // node's answer counts its own store and a node that is down is retried alone.
+    let cluster = Cluster::start_with_replicas(3, 2).await;
+    let mut via0 = cluster.client(0).await;
+    for i in 0..30 {
+        let tags = tagged(&[if i % 3 == 0 {
+            "sales.orders"
+        } else {
+            "crm.users"
+        }]);
+        let key = if i % 5 == 0 {
+            format!("old/{i}")
+        } else {
+            format!("q/{i}")
+        };
+        put(
+            &mut via0,
+            path(&key),
+            vec![sample_batch(20, i)],
+            Some(&tags),
+        )
+        .await
+        .unwrap();
+    }
+    put(
+        &mut via0,
+        path("reports/daily"),
+        vec![sample_batch(5, 0)],
+        None,
+    )
+    .await
+    .unwrap();
+    // Selected: the key, every key under old/ and every key tagged sales.orders (its
+    // number a multiple of 3).
+    let selected = |key: &str| {
+        key == "reports/daily"
+            || key.starts_with("old/")
+            || key
+                .rsplit('/')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n.is_multiple_of(3))
+    };
+    let body = json!({"keys": ["reports/daily"], "prefixes": ["old/"], "tags": ["sales.orders"]});
+    let before: Vec<Vec<String>> = (0..3).map(|i| store_keys(cluster.node(i))).collect();
+    let mut admin0 = cluster.admin(cluster.node(0)).await;
+    let removed = invalidate_local(&mut admin0, body.clone()).await.unwrap();
+    let held_by_0 = before[0].iter().filter(|k| selected(k)).count() as u64;
+    assert!(
+        held_by_0 > 0,
+        "node 0 held some selected keys: {:?}",
+        before[0]
+    );
+    assert_eq!(removed, held_by_0, "node 0 counts its own store");
+    assert!(store_keys(cluster.node(0)).iter().all(|k| !selected(k)));
+    for i in 1..3 {
+        assert_eq!(
+            store_keys(cluster.node(i)),
+            before[i],
+            "node {i} was not asked"
+        );
+    }
+    // The other nodes, each asked in turn: every copy of the selected keys goes.
+    let mut total = removed;
+    for i in 1..3 {
+        let mut admin = cluster.admin(cluster.node(i)).await;
+        total += invalidate_local(&mut admin, body.clone()).await.unwrap();
+    }
+    let selected_copies: usize = before
+        .iter()
+        .map(|keys| keys.iter().filter(|k| selected(k)).count())
+        .sum();
+    assert_eq!(total, selected_copies as u64);
+    for i in 0..3 {
+        assert!(
+            store_keys(cluster.node(i)).iter().all(|k| !selected(k)),
+            "node {i}"
+        );
+        assert!(
+            !store_keys(cluster.node(i)).is_empty(),
+            "node {i} keeps the rest"
+        );
+    }
+    // Asked again, nothing is left to remove.
+    assert_eq!(invalidate_local(&mut admin0, body).await.unwrap(), 0);
+    // Bad bodies: INVALID_ARGUMENT naming the rule, nothing removed.
+    let kept: usize = (0..3).map(|i| store_keys(cluster.node(i)).len()).sum();
+    for (body, says) in [
+        (json!({}), "at least one key, prefix or tag"),
+        (json!({"prefixes": [""]}), "prefix 0 is empty"),
+        (json!({"keys": ["k"], "tag": ["x"]}), "unknown field"),
+        (json!({"tags": ["caf\u{e9}"]}), "printable ASCII"),
+        (json!({"keys": vec!["k"; 65]}), "65 keys; at most 64"),
+        (json!(["q/1"]), "expected a JSON object"),
+    ] {
+        let err = invalidate_local(&mut admin0, body.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{body}: {err:?}");
+        assert!(err.message().contains(says), "{body}: {}", err.message());
+    }
+    let after: usize = (0..3).map(|i| store_keys(cluster.node(i)).len()).sum();
+    assert_eq!(after, kept);
+    cluster.shutdown().await;
+}

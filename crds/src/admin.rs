@@ -684,7 +684,8 @@ mod tests {
                 "topology",
                 "lease",
                 "rebalance",
-                "held"
+                "held",
+                "invalidate-local"
             ]
         );
         for action in AdminAction::ALL {
