@@ -272,12 +272,8 @@ async fn invalidate_local_removes_what_it_selects_on_the_node_asked_alone() {
     );
     assert_eq!(removed, held_by_0, "node 0 counts its own store");
     assert!(store_keys(cluster.node(0)).iter().all(|k| !selected(k)));
-    for i in 1..3 {
-        assert_eq!(
-            store_keys(cluster.node(i)),
-            before[i],
-            "node {i} was not asked"
-        );
+    for (i, keys) in before.iter().enumerate().skip(1) {
+        assert_eq!(&store_keys(cluster.node(i)), keys, "node {i} was not asked");
     }
     // The other nodes, each asked in turn: every copy of the selected keys goes.
     let mut total = removed;

@@ -14,6 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crds::cachecluster::{CacheCluster, CacheClusterSpec, PoolSpec, TlsSpec};
+use crds::cacheinvalidation::{
+    CacheInvalidation, CacheInvalidationSpec, CacheInvalidationStatus, InvalidationPhase,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
@@ -21,7 +24,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, ResourceExt};
+use kube::{Client, CustomResourceExt, ResourceExt};
 use operator::context::Context;
 use operator::controller::reconcile;
 use operator::metrics::Metrics;
@@ -1078,5 +1081,163 @@ async fn a_cluster_whose_object_names_collide_with_anothers_is_degraded_and_take
     reconcile(Arc::new(api.get("a-b").await.unwrap()), context(&client))
         .await
         .unwrap();
+    ns.delete().await;
+}
+
+fn invalidation(
+    name: &str,
+    cluster: &str,
+    pools: Option<&[&str]>,
+    deadline: i64,
+    ttl: i64,
+) -> CacheInvalidation {
+    CacheInvalidation::new(
+        name,
+        CacheInvalidationSpec {
+            cluster: cluster.into(),
+            pools: pools.map(|p| p.iter().map(|s| (*s).to_owned()).collect()),
+            keys: None,
+            prefixes: None,
+            tags: Some(vec!["sales.orders".into()]),
+            active_deadline_seconds: deadline,
+            ttl_seconds_after_finished: ttl,
+        },
+    )
+}
+
+/// The status after one pass of the CacheInvalidation controller over `name`.
+async fn invalidation_pass(
+    ctx: &Arc<Context>,
+    api: &Api<CacheInvalidation>,
+    name: &str,
+) -> Option<CacheInvalidationStatus> {
+    if let Some(inv) = api.get_opt(name).await.unwrap() {
+        operator::invalidations::reconcile(Arc::new(inv), Arc::clone(ctx))
+            .await
+            .unwrap();
+    }
+    api.get_opt(name).await.unwrap().and_then(|inv| inv.status)
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_cache_invalidation_says_which_nodes_are_pending_fails_at_its_deadline_and_goes_after_its_ttl()
+ {
+    let client = client().await;
+    install_crd(&client).await;
+    apply_crd(&client, &CacheInvalidation::crd()).await;
+    let ns = TestNamespace::new(&client, "fc-inv").await;
+    // A cluster whose nodes never run here: the cluster controller does not run in this
+    // test, so there is no StatefulSet and no pod to call.
+    create_cluster(&client, &ns.name, &[("hot", 2), ("batch", 1)]).await;
+    let ctx = context(&client);
+    let api: Api<CacheInvalidation> = Api::namespaced(client.clone(), &ns.name);
+    let pp = PostParams::default();
+    api.create(&pp, &invalidation("orders", "demo", None, 10, 0))
+        .await
+        .unwrap();
+    api.create(
+        &pp,
+        &invalidation("no-such-pool", "demo", Some(&["cold"]), 600, 0),
+    )
+    .await
+    .unwrap();
+    api.create(&pp, &invalidation("no-such-cluster", "gone", None, 600, 0))
+        .await
+        .unwrap();
+
+    let condition = |status: &CacheInvalidationStatus, type_: &str| {
+        let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    };
+    // Every node of both pools (the cluster-wide form) is pending, each saying why.
+    let running = invalidation_pass(&ctx, &api, "orders").await.unwrap();
+    assert_eq!(running.phase, Some(InvalidationPhase::Running));
+    assert_eq!(running.pending_nodes, 3);
+    let pools: Vec<(&str, Vec<&str>)> = running
+        .pools
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.pending_nodes.iter().map(|n| n.name.as_str()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [
+            ("hot", vec!["demo-hot-0", "demo-hot-1"]),
+            ("batch", vec!["demo-batch-0"])
+        ]
+    );
+    let reason = running.pools[0].pending_nodes[0].reason.as_deref();
+    assert_eq!(reason, Some("no pod: it is being created"));
+    let (status, reason, message) = condition(&running, "Complete");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "NodesPending")
+    );
+    assert!(
+        message.starts_with("3 nodes not done: demo-hot-0 (no pod"),
+        "{message}"
+    );
+    // The API server's printer columns read the status.
+    let listed = api.get("orders").await.unwrap();
+    assert_eq!(listed.status.as_ref().map(|s| s.removed), Some(0));
+
+    let (status, reason, message) = condition(
+        &invalidation_pass(&ctx, &api, "no-such-pool").await.unwrap(),
+        "Complete",
+    );
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PoolNotFound")
+    );
+    assert_eq!(
+        message,
+        "CacheCluster demo has no pool cold; its pools are hot, batch"
+    );
+    let (_, reason, message) = condition(
+        &invalidation_pass(&ctx, &api, "no-such-cluster")
+            .await
+            .unwrap(),
+        "Complete",
+    );
+    assert_eq!(reason, "ClusterNotFound");
+    assert_eq!(
+        message,
+        format!("no CacheCluster gone in namespace {}", ns.name)
+    );
+
+    // Past its 10 s deadline it is Failed, naming the nodes left.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let failed = invalidation_pass(&ctx, &api, "orders").await.unwrap();
+    assert_eq!(failed.phase, Some(InvalidationPhase::Failed));
+    assert!(failed.completion_time.is_some());
+    let (status, reason, _) = condition(&failed, "Failed");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "DeadlineExceeded")
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orders"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains(&"Started".to_owned()), "{reasons:?}");
+    assert!(
+        reasons.contains(&"DeadlineExceeded".to_owned()),
+        "{reasons:?}"
+    );
+    // ttlSecondsAfterFinished 0: the next pass deletes it.
+    assert_eq!(invalidation_pass(&ctx, &api, "orders").await, None);
+    assert!(api.get_opt("orders").await.unwrap().is_none());
     ns.delete().await;
 }
