@@ -85,7 +85,7 @@ def test_list_flights_by_prefix(client):
 def test_every_action(client):
     assert {a.type for a in client.list_actions()} == {
         "ping", "invalidate", "invalidate-prefix", "invalidate-tag", "clear", "stats", "configure",
-        "topology", "lease", "rebalance", "held"}
+        "topology", "lease", "rebalance", "held", "invalidate-local"}
     assert action(client, "ping") == b"pong"
     # Without a topology a node owns every key: rebalance keeps everything.
     report = json.loads(action(client, "rebalance", b'{"dryRun": true}'))
@@ -139,6 +139,26 @@ def test_tags_given_at_put_invalidate_every_result_of_a_table(client):
         put(client, "q/bad", table, metadata='{"tags": ["a", "a"]}')
     with pytest.raises(pa.ArrowInvalid, match="at least one tag"):
         action(client, "invalidate-tag", b'{"tags": []}')
+
+
+def test_invalidate_local_removes_keys_prefixes_and_tags_in_one_call(client):
+    # The operator's call for a CacheInvalidation, as any Flight client sends it.
+    table = bi_table(20)
+    put(client, "loc/a", table)
+    put(client, "loc/old/1", table)
+    put(client, "loc/old/2", table)
+    put(client, "loc/t", table, metadata='{"tags": ["loc.tag"]}')
+    put(client, "loc/kept", table)
+    body = {"keys": ["loc/a"], "prefixes": ["loc/old/"], "tags": ["loc.tag"]}
+    assert json.loads(action(client, "invalidate-local", json.dumps(body).encode())) == {"removed": 4}
+    for gone in [b"loc/a", b"loc/old/1", b"loc/old/2", b"loc/t"]:
+        with pytest.raises(pa.ArrowKeyError):
+            client.do_get(flight.Ticket(b"FCT\x01P" + gone)).read_all()
+    assert client.do_get(flight.Ticket(b"FCT\x01Ploc/kept")).read_all().equals(table)
+    with pytest.raises(pa.ArrowInvalid, match="at least one key, prefix or tag"):
+        action(client, "invalidate-local", b"{}")
+    with pytest.raises(pa.ArrowInvalid, match="prefix 0 is empty"):
+        action(client, "invalidate-local", b'{"prefixes": [""]}')
 
 
 def test_bad_tickets_and_unknown_keys(client):
