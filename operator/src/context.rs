@@ -3,7 +3,8 @@
 //! what the API server takes); and the client for a cluster's nodes (its admin token and
 //! TLS from the cluster's Secrets).
 //!
-//! Owns: [`Context`], event publishing and making the node client. Imported by
+//! Owns: [`Context`], event publishing, making the node client and running a controller
+//! per watched namespace. Imported by
 //! `controller`, `invalidations` and `execute`; imports none of them.
 
 use std::collections::BTreeSet;
@@ -179,6 +180,29 @@ impl UnavailableMonitors {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
+}
+
+/// Runs `run` for each of `namespaces` (once with `None`, all namespaces, when empty) and
+/// waits for every run: with a list, every watch and call stays inside those namespaces,
+/// so namespaced RoleBindings are all the operator needs.
+///
+/// # Errors
+/// The first run that failed.
+pub(crate) async fn for_each_namespace<F, Fut>(namespaces: &[String], run: F) -> anyhow::Result<()>
+where
+    F: Fn(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    if namespaces.is_empty() {
+        return run(None).await;
+    }
+    let runs = namespaces
+        .iter()
+        .map(|namespace| run(Some(namespace.clone())));
+    for result in futures::future::join_all(runs).await {
+        result?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -408,16 +408,11 @@ where
 /// The first controller that cannot start (the CRD not installed, no rights in a
 /// namespace).
 pub async fn run_all(ctx: Arc<Context>, namespaces: &[String]) -> anyhow::Result<()> {
-    if namespaces.is_empty() {
-        return run(ctx, None).await;
-    }
-    let controllers = namespaces
-        .iter()
-        .map(|namespace| run(Arc::clone(&ctx), Some(namespace.as_str())));
-    for result in futures::future::join_all(controllers).await {
-        result?;
-    }
-    Ok(())
+    crate::context::for_each_namespace(namespaces, |namespace| {
+        let ctx = Arc::clone(&ctx);
+        async move { run(ctx, namespace.as_deref()).await }
+    })
+    .await
 }
 
 /// Runs the controller over one namespace, or all, until SIGTERM/Ctrl-C.
