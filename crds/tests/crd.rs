@@ -83,7 +83,7 @@ fn names_scope_and_subresources() {
 }
 
 #[test]
-fn printer_columns_show_pools_shards_config_ready_and_age() {
+fn printer_columns_show_pools_shards_config_ready_hit_ratio_memory_and_age() {
     let crd = crd();
     let columns: Vec<(&str, &str)> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_array()
@@ -99,6 +99,8 @@ fn printer_columns_show_pools_shards_config_ready_and_age() {
             ("Config", ".status.configGeneration"),
             ("Up-To-Date", ".status.updatedShards"),
             ("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
+            ("Hit-Ratio", ".status.hitRatio"),
+            ("Memory", ".status.memoryUsed"),
             ("Reason", ".status.conditions[?(@.type==\"Ready\")].reason"),
             ("Age", ".metadata.creationTimestamp"),
         ]
@@ -110,6 +112,8 @@ fn printer_columns_show_pools_shards_config_ready_and_age() {
         "status.shardsReady",
         "status.configGeneration",
         "status.updatedShards",
+        "status.hitRatio",
+        "status.memoryUsed",
     ] {
         node(&schema, path);
     }

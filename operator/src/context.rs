@@ -21,6 +21,7 @@ use crate::observe;
 use crate::secrets;
 use crate::validate::Defaults;
 use crate::validate::ValidatedCluster;
+use crate::warnings::{self, EVENT_NOTE_MAX_BYTES, Warning};
 
 /// Shared state of every reconcile.
 pub struct Context {
@@ -107,8 +108,30 @@ impl Context {
         ))
     }
 
-    /// Publishes an event about `object` (a CacheCluster or a CacheInvalidation).
-    pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+    /// Publishes a Normal event about `object` (a CacheCluster or a CacheInvalidation).
+    pub(crate) async fn inform<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        reason: &str,
+        note: String,
+    ) {
+        self.publish(object, EventType::Normal, reason, note).await;
+    }
+
+    /// Publishes a Warning event about `object`: what happened, then what to do
+    /// ([`Warning::note`]).
+    pub(crate) async fn warn<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        warning: Warning,
+        what_happened: &str,
+    ) {
+        let note = warning.note(what_happened);
+        self.publish(object, EventType::Warning, warning.reason(), note)
+            .await;
+    }
+
+    async fn publish<K: Resource<DynamicType = ()>>(
         &self,
         object: &K,
         type_: EventType,
@@ -128,24 +151,10 @@ impl Context {
     }
 }
 
-/// The most an `events.k8s.io/v1` Event's note may hold; the API server refuses a
-/// longer one (and the event is lost).
-const EVENT_NOTE_MAX_BYTES: usize = 1024;
-
-/// `note` cut to [`EVENT_NOTE_MAX_BYTES`] at a character boundary, ending in `…` when
-/// cut (an invalid spec over many pools, a long error chain).
-fn bounded_note(mut note: String) -> String {
-    if note.len() <= EVENT_NOTE_MAX_BYTES {
-        return note;
-    }
-    const ELLIPSIS: &str = "…";
-    let mut end = EVENT_NOTE_MAX_BYTES - ELLIPSIS.len();
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    note.truncate(end);
-    note.push_str(ELLIPSIS);
-    note
+/// `note` cut to [`EVENT_NOTE_MAX_BYTES`] (an invalid spec over many pools, a long
+/// error chain).
+fn bounded_note(note: String) -> String {
+    warnings::bounded(note, EVENT_NOTE_MAX_BYTES)
 }
 
 /// The clusters (namespace, name) whose ServiceMonitor was unavailable on their last

@@ -23,7 +23,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
 
@@ -37,6 +36,7 @@ use crate::observe::{self, Observed};
 use crate::plan::{self, PoolObservation, PoolPlan};
 use crate::status::{self, Outcome};
 use crate::validate::{self, ValidatedCluster};
+use crate::warnings::Warning;
 use crate::{apply, execute};
 
 /// How soon to look again while a pool changes (each pass takes one step).
@@ -92,7 +92,8 @@ async fn validate_spec(ctx: &Context, cc: &CacheCluster) -> Result<ValidatedClus
         Err(invalid) => {
             let message = invalid.to_string();
             let outcome = Outcome::InvalidSpec(message.clone());
-            report_failure(ctx, cc, &outcome, ("InvalidSpec", message), Publish::Always).await?;
+            let event = (Warning::InvalidSpec, message);
+            report_failure(ctx, cc, &outcome, event, Publish::Always).await?;
             Err(Error::InvalidSpec(invalid))
         }
     }
@@ -111,7 +112,7 @@ async fn node_admin_or_degraded(
         Err(err) => {
             let message = crate::chain(&err);
             let outcome = Outcome::ApplyFailed(message.clone());
-            let event = ("SecretFailed", message);
+            let event = (Warning::SecretFailed, message);
             report_failure(ctx, cc, &outcome, event, Publish::WhenNew).await?;
             Err(err)
         }
@@ -187,16 +188,12 @@ async fn publish_status(
     cluster: &ValidatedCluster,
     plans: &[(PoolPlan, PoolObservation)],
 ) -> Result<()> {
+    let now = crate::clock::now();
     let outcome = Outcome::Reconciled {
-        pools: status::pool_statuses(cluster, plans, cc.status.as_ref()),
+        pools: status::pool_statuses(cluster, plans, cc.status.as_ref(), &now),
         phases: plans.iter().map(|(plan, _)| plan.phase.clone()).collect(),
     };
-    let mut status = status::compute(
-        cc.status.as_ref(),
-        cc.metadata.generation,
-        &outcome,
-        &crate::clock::now(),
-    );
+    let mut status = status::compute(cc.status.as_ref(), cc.metadata.generation, &outcome, &now);
     status.client_token_secret = cluster
         .client_token
         .as_ref()
@@ -237,7 +234,7 @@ async fn report_failure(
     ctx: &Context,
     cc: &CacheCluster,
     outcome: &Outcome,
-    (reason, message): (&str, String),
+    (warning, message): (Warning, String),
     publish: Publish,
 ) -> Result<()> {
     let status = status::compute(
@@ -256,7 +253,7 @@ async fn report_failure(
         Publish::WhenNew => degraded_is_new(cc.status.as_ref(), degraded_reason, &message),
     };
     if news {
-        ctx.publish(cc, EventType::Warning, reason, message).await;
+        ctx.warn(cc, warning, &message).await;
     }
     Ok(())
 }
@@ -271,7 +268,7 @@ async fn report_apply_failure(
     if failed.children {
         let message = crate::chain(&failed.error);
         let outcome = Outcome::ApplyFailed(message.clone());
-        let event = ("ApplyFailed", message);
+        let event = (Warning::ApplyFailed, message);
         report_failure(ctx, cc, &outcome, event, Publish::WhenNew).await?;
     }
     Ok(failed.error)
@@ -293,14 +290,11 @@ async fn report_applied(
         .monitors_unavailable
         .became_unavailable(&namespace, &cluster.name, unavailable)
     {
-        ctx.publish(
+        ctx.warn(
             cc,
-            EventType::Warning,
-            "ServiceMonitorUnavailable",
+            Warning::ServiceMonitorUnavailable,
             "spec.monitoring.serviceMonitor is on, but this cluster has no monitoring.coreos.com \
-             ServiceMonitor resource (install the prometheus-operator CRDs); the nodes' metrics \
-             port is still served"
-                .into(),
+             ServiceMonitor resource",
         )
         .await;
     }
@@ -308,8 +302,7 @@ async fn report_applied(
         match observed.statefulset(&cluster.name, &pool.name) {
             None => {
                 let note = format!("created pool {} with {} nodes", pool.name, pool.shards);
-                ctx.publish(cc, EventType::Normal, "PoolCreated", note)
-                    .await;
+                ctx.inform(cc, "PoolCreated", note).await;
             }
             Some(sts) => {
                 let before = scaled_from(cc.status.as_ref(), &pool.name, sts);
@@ -318,15 +311,14 @@ async fn report_applied(
                         "scaled pool {} from {before} to {} nodes",
                         pool.name, pool.shards
                     );
-                    ctx.publish(cc, EventType::Normal, "PoolScaled", note).await;
+                    ctx.inform(cc, "PoolScaled", note).await;
                 }
             }
         }
     }
     for pool in &applied.removed_pools {
-        ctx.publish(
+        ctx.inform(
             cc,
-            EventType::Normal,
             "PoolRemoved",
             format!("removed pool {pool} and its nodes"),
         )
@@ -495,6 +487,8 @@ mod tests {
                 endpoint: None,
                 phase: None,
                 memory_resize: None,
+                message: None,
+                usage: None,
                 nodes: Vec::new(),
             }],
             ..CacheClusterStatus::default()

@@ -20,7 +20,6 @@ use crds::node_config::{NodeConfig, NodeDocument, Topology};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::EventType;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -29,6 +28,7 @@ use crate::nodeloss::{self, LostNode, NodeLossPlan};
 use crate::nodes::NodeAdmin;
 use crate::plan::{PoolObservation, PoolPlan, Step};
 use crate::validate::{ValidatedCluster, ValidatedPool};
+use crate::warnings::Warning;
 use crate::{build, observe, rollout};
 
 /// Runs the node calls of each pool's plan, in order; a failed call ends that pool's
@@ -86,7 +86,7 @@ impl PoolRun<'_> {
         let previous = observation.previous.as_ref();
         if previous.is_some_and(|p| p.version != self.topology.version) {
             let note = crate::ring::ring_changed_note(&self.pool.name, self.topology);
-            self.event(EventType::Normal, "RingChanged", note).await;
+            self.event("RingChanged", note).await;
         }
     }
 
@@ -103,8 +103,8 @@ impl PoolRun<'_> {
         })
     }
 
-    async fn event(&self, type_: EventType, reason: &str, note: String) {
-        self.ctx.publish(self.cc, type_, reason, note).await;
+    async fn event(&self, reason: &str, note: String) {
+        self.ctx.inform(self.cc, reason, note).await;
     }
 
     /// A gate write never ends the pass ([`set_gates`]).
@@ -151,7 +151,7 @@ impl PoolRun<'_> {
                 "{name} handed {} entries ({} bytes) to their owners; {} failed",
                 moved.moved, moved.moved_bytes, moved.failed
             );
-            self.event(EventType::Normal, "HandedOff", note).await;
+            self.event("HandedOff", note).await;
         }
         if moved.failed > 0 {
             Next::EndPass
@@ -165,7 +165,7 @@ impl PoolRun<'_> {
         match self.pods.evict(name, &EvictParams::default()).await {
             Ok(_) => {
                 let note = format!("restarting {name} to apply the new pod template");
-                self.event(EventType::Normal, "RestartingNode", note).await;
+                self.event("RestartingNode", note).await;
                 Ok(Next::Continue)
             }
             // 429: the PDB does not allow it right now; try again shortly.
@@ -194,7 +194,7 @@ impl PoolRun<'_> {
         match resized {
             Ok(_) => {
                 let note = format!("resizing {name} in place to memory limit {limit}");
-                self.event(EventType::Normal, "ResizingNode", note).await;
+                self.event("ResizingNode", note).await;
                 Ok(Next::Continue)
             }
             // No resize subresource (a cluster older than 1.33): restart instead.
@@ -226,7 +226,7 @@ impl PoolRun<'_> {
             Ok(applied) => {
                 tracing::info!(pod = %name, generation = applied.generation, "pushed live config");
                 let note = format!("{name} runs config generation {}", applied.generation);
-                self.event(EventType::Normal, "NodeConfigured", note).await;
+                self.event("NodeConfigured", note).await;
                 Next::Continue
             }
             Err(err) => {
@@ -257,16 +257,11 @@ async fn set_gates(
         tracing::info!(pods = ?done, "readiness gate opened: the nodes run the current ring");
     } else {
         tracing::warn!(pods = ?done, "readiness gate closed: the nodes left the key space while unreachable");
-        ctx.publish(
-            cc,
-            EventType::Warning,
-            "HeldOut",
-            format!(
-                "{} left the key space while unreachable: kept off the client Service until each runs the current ring (and so has dropped what it held)",
-                done.join(", ")
-            ),
-        )
-        .await;
+        let what = format!(
+            "{} left the key space while unreachable: kept off the client Service until each runs the current ring (and so has dropped what it held)",
+            done.join(", ")
+        );
+        ctx.warn(cc, Warning::HeldOut, &what).await;
     }
 }
 
@@ -323,13 +318,8 @@ pub(crate) async fn run_node_loss(
         .await;
         if !marked.is_empty() {
             tracing::warn!(node = %lost.node, lost_seconds = lost.lost_seconds, pods = ?marked, "node lost: pods marked NotReady");
-            ctx.publish(
-                cc,
-                EventType::Warning,
-                nodeloss::NODE_LOST_REASON,
-                nodeloss::marked_note(lost, &marked),
-            )
-            .await;
+            let what = nodeloss::marked_note(lost, &marked);
+            ctx.warn(cc, Warning::NodeLost, &what).await;
         }
     }
     if let Some(lost) = plan.force_deleting() {
@@ -400,12 +390,7 @@ async fn force_delete(ctx: &Context, cc: &CacheCluster, namespace: &str, lost: &
     }
     if !deleted.is_empty() {
         tracing::warn!(node = %lost.node, lost_seconds = lost.lost_seconds, pods = ?deleted, claims = ?deleted_claims, "node lost: pods force-deleted");
-        ctx.publish(
-            cc,
-            EventType::Warning,
-            nodeloss::NODE_LOST_REASON,
-            nodeloss::force_deleted_note(lost, &deleted, &deleted_claims),
-        )
-        .await;
+        let what = nodeloss::force_deleted_note(lost, &deleted, &deleted_claims);
+        ctx.warn(cc, Warning::NodeLost, &what).await;
     }
 }

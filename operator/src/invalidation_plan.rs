@@ -155,48 +155,9 @@ pub fn advance(
         .collect();
     let mut pending_total = 0usize;
     for target in targets {
-        let mut pool = old_pools.get(&target.pool).cloned().unwrap_or_default();
-        pool.name.clone_from(&target.pool);
-        let old_pending: BTreeMap<String, PendingNode> = pool
-            .pending_nodes
-            .drain(..)
-            .map(|node| (node.name.clone(), node))
-            .collect();
-        let mut pending = Vec::new();
-        for node in &target.nodes {
-            if pool.done_nodes.contains(&node.pod) {
-                continue;
-            }
-            let result = results
-                .iter()
-                .find(|r| r.pool == target.pool && r.pod == node.pod);
-            let mut entry = old_pending.get(&node.pod).cloned().unwrap_or(PendingNode {
-                name: node.pod.clone(),
-                ..PendingNode::default()
-            });
-            match (result.map(|r| &r.outcome), &node.address) {
-                (Some(Ok(removed)), _) => {
-                    pool.removed += i64::try_from(*removed).unwrap_or(i64::MAX);
-                    pool.done_nodes.push(node.pod.clone());
-                    continue;
-                }
-                (Some(Err(error)), _) => {
-                    entry.attempts += 1;
-                    entry.reason = Some(bounded(error));
-                }
-                (None, Err(why)) => entry.reason = Some(bounded(why)),
-                (None, Ok(_)) => {}
-            }
-            pending.push(entry);
-        }
-        pending_total += pending.len();
-        pending.truncate(MAX_LISTED_PENDING);
-        pool.pending_nodes = pending;
-        if pool.pending_nodes.is_empty() {
-            pool.completion_time.get_or_insert_with(|| now.clone());
-        } else {
-            pool.completion_time = None;
-        }
+        let pool = old_pools.get(&target.pool).cloned().unwrap_or_default();
+        let (pool, pending) = advance_pool(pool, target, results, now);
+        pending_total += pending;
         status.pools.push(pool);
     }
     status.removed = status.pools.iter().map(|pool| pool.removed).sum();
@@ -221,6 +182,60 @@ pub fn advance(
     };
     conclude(&mut status, generation, phase, reason, &message, now);
     status
+}
+
+/// One pool's status after this pass's calls: each node that answered moves to
+/// `doneNodes` with what it removed, each other one stays pending with its attempts and
+/// why; returns the pool and how many of its nodes are pending (all of them, though at
+/// most [`MAX_LISTED_PENDING`] are listed).
+fn advance_pool(
+    mut pool: InvalidationPoolStatus,
+    target: &PoolTarget,
+    results: &[CallResult],
+    now: &Time,
+) -> (InvalidationPoolStatus, usize) {
+    pool.name.clone_from(&target.pool);
+    let old_pending: BTreeMap<String, PendingNode> = pool
+        .pending_nodes
+        .drain(..)
+        .map(|node| (node.name.clone(), node))
+        .collect();
+    let mut pending = Vec::new();
+    for node in &target.nodes {
+        if pool.done_nodes.contains(&node.pod) {
+            continue;
+        }
+        let result = results
+            .iter()
+            .find(|r| r.pool == target.pool && r.pod == node.pod);
+        let mut entry = old_pending.get(&node.pod).cloned().unwrap_or(PendingNode {
+            name: node.pod.clone(),
+            ..PendingNode::default()
+        });
+        match (result.map(|r| &r.outcome), &node.address) {
+            (Some(Ok(removed)), _) => {
+                pool.removed += i64::try_from(*removed).unwrap_or(i64::MAX);
+                pool.done_nodes.push(node.pod.clone());
+                continue;
+            }
+            (Some(Err(error)), _) => {
+                entry.attempts += 1;
+                entry.reason = Some(bounded(error));
+            }
+            (None, Err(why)) => entry.reason = Some(bounded(why)),
+            (None, Ok(_)) => {}
+        }
+        pending.push(entry);
+    }
+    let pending_count = pending.len();
+    pending.truncate(MAX_LISTED_PENDING);
+    pool.pending_nodes = pending;
+    if pool.pending_nodes.is_empty() {
+        pool.completion_time.get_or_insert_with(|| now.clone());
+    } else {
+        pool.completion_time = None;
+    }
+    (pool, pending_count)
 }
 
 /// The status of a pass that reached no node (`blocked`): Running while the deadline

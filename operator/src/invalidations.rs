@@ -23,7 +23,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -35,6 +34,7 @@ use crate::invalidation_plan::{self, Blocked, CallResult, NodeTarget, PoolTarget
 use crate::observe;
 use crate::rollout;
 use crate::validate::{self, ValidatedCluster};
+use crate::warnings::Warning;
 
 /// How soon to look again while nodes are pending (each pass calls them again).
 const PENDING_REQUEUE: Duration = Duration::from_secs(3);
@@ -292,7 +292,7 @@ async fn publish_transition(
                 inv.spec.cluster
             )
         };
-        ctx.publish(inv, EventType::Normal, "Started", note).await;
+        ctx.inform(inv, "Started", note).await;
     }
     let failing = |s: &CacheInvalidationStatus| {
         s.pools
@@ -311,19 +311,16 @@ async fn publish_transition(
                 status.removed,
                 invalidation_plan::removed_per_pool(&status.pools)
             );
-            ctx.publish(inv, EventType::Normal, "Invalidated", note)
-                .await;
+            ctx.inform(inv, "Invalidated", note).await;
         }
         Some(InvalidationPhase::Failed) if !finished_before => {
             ctx.metrics.invalidation_finished("Failed");
             let note = format!("deadline passed: {}", message(status));
-            ctx.publish(inv, EventType::Warning, "DeadlineExceeded", note)
-                .await;
+            ctx.warn(inv, Warning::DeadlineExceeded, &note).await;
         }
         Some(InvalidationPhase::Running) if failing(status) && !was_failing => {
             let note = format!("retrying: {}", message(status));
-            ctx.publish(inv, EventType::Warning, "NodesPending", note)
-                .await;
+            ctx.warn(inv, Warning::NodesPending, &note).await;
         }
         _ => {}
     }

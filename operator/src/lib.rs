@@ -45,7 +45,9 @@ pub(crate) mod secrets;
 pub mod simulate;
 pub(crate) mod status;
 pub mod telemetry;
+pub(crate) mod usage;
 pub mod validate;
+pub(crate) mod warnings;
 
 use std::sync::Arc;
 

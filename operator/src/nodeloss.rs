@@ -397,8 +397,7 @@ pub fn marked_note(lost: &LostNode, marked: &[String]) -> String {
     format!(
         "node {} lost (no heartbeat for {} s): {} marked NotReady (off the Services) and taken \
          out of the ring; they are started on other nodes once the node controller taints the \
-         node (and it has been silent for {FORCE_DELETE_AFTER_SECONDS} s). Nothing to do; check \
-         the node if it does not come back",
+         node (and it has been silent for {FORCE_DELETE_AFTER_SECONDS} s)",
         lost.node,
         lost.lost_seconds,
         marked.join(", "),
@@ -415,8 +414,8 @@ pub fn force_deleted_note(lost: &LostNode, deleted: &[String], claims: &[String]
     };
     format!(
         "node {} lost for {} s and tainted {}: force-deleted {}{claims} so the StatefulSet starts \
-         them on other nodes (they re-warm from their peers). Check the node: if it comes back, \
-         its kubelet stops the old containers",
+         them on other nodes (they re-warm from their peers); if the node comes back, its \
+         kubelet stops the old containers",
         lost.node,
         lost.lost_seconds,
         lost.force_delete_taint.unwrap_or(UNREACHABLE_TAINT),
@@ -884,7 +883,7 @@ mod tests {
     }
 
     #[test]
-    fn the_notes_say_what_happened_and_what_to_do() {
+    fn the_notes_say_what_happened() {
         let lost = LostNode {
             node: "worker-2".into(),
             hostname: None,
@@ -898,8 +897,16 @@ mod tests {
         assert!(note.contains("worker-2 lost for 52 s"), "{note}");
         assert!(note.contains("node.kubernetes.io/unreachable"), "{note}");
         assert!(note.contains("node-local claims data-demo-hot-1"), "{note}");
-        assert!(note.contains("Check the node"), "{note}");
+        assert!(
+            note.contains("its kubelet stops the old containers"),
+            "{note}"
+        );
         let note = marked_note(&lost, &["demo-hot-1".into()]);
-        assert!(note.contains("Nothing to do"), "{note}");
+        assert!(note.contains("demo-hot-1 marked NotReady"), "{note}");
+        // What to do comes from the Warning the event is published as.
+        assert_eq!(
+            crate::warnings::Warning::NodeLost.reason(),
+            NODE_LOST_REASON
+        );
     }
 }

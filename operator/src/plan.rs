@@ -68,6 +68,12 @@ pub struct NodeReport {
     pub entries: u64,
     /// Its byte budget.
     pub budget_bytes: u64,
+    /// Arrow bytes it holds.
+    pub used_bytes: u64,
+    /// Lookups that found their entry since it started.
+    pub hits: u64,
+    /// Lookups that found none since it started.
+    pub misses: u64,
     /// Milliseconds since it started serving (`None` from older images).
     pub uptime_ms: Option<u64>,
     /// Milliseconds since its last whole rebalance started (`None` before the first).
@@ -85,6 +91,9 @@ impl From<&StatsAnswer> for NodeReport {
             ring_version: stats.ring_version,
             entries: stats.entries,
             budget_bytes: stats.budget_bytes,
+            used_bytes: stats.used_bytes,
+            hits: stats.hits,
+            misses: stats.misses,
             uptime_ms: stats.uptime_ms,
             last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
             holds_strays: stats.holds_strays,
@@ -975,6 +984,7 @@ mod tests {
             last_rebalance_ms_ago: None,
             holds_strays: false,
             reads_zones: true,
+            ..NodeReport::default()
         })
     }
 

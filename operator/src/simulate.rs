@@ -213,7 +213,7 @@ impl SimCluster {
             self.status.as_ref(),
             self.cc.metadata.generation,
             &Outcome::Reconciled {
-                pools: status::pool_statuses(&cluster, &plans, self.status.as_ref()),
+                pools: status::pool_statuses(&cluster, &plans, self.status.as_ref(), &self.time()),
                 phases: plans.iter().map(|(plan, _)| plan.phase.clone()).collect(),
             },
             &self.time(),
@@ -290,6 +290,7 @@ impl SimCluster {
                         last_rebalance_ms_ago: node.rebalanced_at.map(|at| (self.now - at) * 1000),
                         holds_strays: false,
                         reads_zones: true,
+                        ..NodeReport::default()
                     }),
                     ready_seconds: if ready { self.now - node.ready_at } else { 0 },
                     unready_seconds: if ready { 0 } else { self.now - node.created_at },
@@ -362,50 +363,78 @@ impl SimCluster {
                     .or_insert_with(|| new_node(ordinal));
             }
             for step in &plan.steps {
-                match step {
-                    plan::Step::PushRing(targets) => {
-                        for (name, _) in targets {
-                            if let Some(node) = node_mut(&mut sim.nodes, name) {
-                                node.ring_version = node.ring_version.max(version);
-                            }
-                        }
-                    }
-                    plan::Step::Rebalance(name, _) => {
-                        // A member leaving the key space hands everything off; one in it
-                        // keeps about as much as it had (it sends and receives).
-                        let leaving = ring::ordinal_of(name).is_some_and(|o| {
-                            o >= pool.shards
-                                || ring::state_of(&plan.layout.topology, cluster, pool, o)
-                                    == Some(MemberState::Draining)
-                        });
-                        if let Some(node) = node_mut(&mut sim.nodes, name) {
-                            node.entries = if leaving { 0 } else { ENTRIES };
-                            node.rebalanced_at = Some(now);
-                        }
-                    }
-                    plan::Step::Evict(name) => {
-                        if let Some(ordinal) = ring::ordinal_of(name) {
-                            sim.nodes.insert(ordinal, new_node(ordinal));
-                        }
-                    }
-                    plan::Step::PushConfig(name, _) => {
-                        if let Some(node) = node_mut(&mut sim.nodes, name) {
-                            node.generation = generation;
-                        }
-                    }
-                    plan::Step::PushBudget(name, _) => {
-                        if let Some(node) = node_mut(&mut sim.nodes, name) {
-                            node.generation = generation;
-                            node.budget_bytes = pool.budget_bytes;
-                        }
-                    }
-                    // Memory limits and readiness gates are not simulated: every pod
-                    // already has the pool's limit and no gate.
-                    plan::Step::Resize(_) | plan::Step::HoldOut(_) | plan::Step::Admit(_) => {}
-                }
+                let leaving = |name: &str| {
+                    ring::ordinal_of(name).is_some_and(|o| {
+                        o >= pool.shards
+                            || ring::state_of(&plan.layout.topology, cluster, pool, o)
+                                == Some(MemberState::Draining)
+                    })
+                };
+                let done = StepDone {
+                    version,
+                    generation,
+                    budget_bytes: pool.budget_bytes,
+                    now,
+                };
+                carry_out_step(&mut sim.nodes, step, &done, &leaving, &new_node);
             }
         }
         self.status = Some(pass.status.clone());
+    }
+}
+
+/// What a simulated step leaves on the nodes it names.
+struct StepDone {
+    version: u64,
+    generation: u64,
+    budget_bytes: u64,
+    now: u64,
+}
+
+/// `step` carried out on the simulated `nodes`: a pushed ring or config reaches the
+/// node, a rebalance leaves a node in the key space with about as much as it had (it
+/// sends and receives) and one `leaving` with nothing, an evicted pod is a `new_node`.
+fn carry_out_step(
+    nodes: &mut BTreeMap<i32, SimNode>,
+    step: &plan::Step,
+    done: &StepDone,
+    leaving: &dyn Fn(&str) -> bool,
+    new_node: &dyn Fn(i32) -> SimNode,
+) {
+    match step {
+        plan::Step::PushRing(targets) => {
+            for (name, _) in targets {
+                if let Some(node) = node_mut(nodes, name) {
+                    node.ring_version = node.ring_version.max(done.version);
+                }
+            }
+        }
+        plan::Step::Rebalance(name, _) => {
+            let leaves = leaving(name);
+            if let Some(node) = node_mut(nodes, name) {
+                node.entries = if leaves { 0 } else { ENTRIES };
+                node.rebalanced_at = Some(done.now);
+            }
+        }
+        plan::Step::Evict(name) => {
+            if let Some(ordinal) = ring::ordinal_of(name) {
+                nodes.insert(ordinal, new_node(ordinal));
+            }
+        }
+        plan::Step::PushConfig(name, _) => {
+            if let Some(node) = node_mut(nodes, name) {
+                node.generation = done.generation;
+            }
+        }
+        plan::Step::PushBudget(name, _) => {
+            if let Some(node) = node_mut(nodes, name) {
+                node.generation = done.generation;
+                node.budget_bytes = done.budget_bytes;
+            }
+        }
+        // Memory limits and readiness gates are not simulated: every pod already has the
+        // pool's limit and no gate.
+        plan::Step::Resize(_) | plan::Step::HoldOut(_) | plan::Step::Admit(_) => {}
     }
 }
 

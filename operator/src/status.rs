@@ -6,14 +6,15 @@
 //! Owns: [`Outcome`], the conditions and the per-pool status. Pure: no kube client, no
 //! node calls, no writes.
 
-use crds::cachecluster::{CacheClusterStatus, NodeStatus, PoolStatus};
+use crds::cachecluster::{CacheClusterStatus, NodeStatus, PoolStatus, PoolUsage};
 use crds::conditions::{self, reasons};
 use crds::node_config::MemberState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::build::names;
 use crate::plan::{NodeView, Phase, PoolObservation, PoolPlan};
-use crate::validate::ValidatedCluster;
+use crate::usage;
+use crate::validate::{ValidatedCluster, ValidatedPool};
 
 /// What a reconcile pass found.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,115 +53,26 @@ pub fn compute(
 ) -> CacheClusterStatus {
     let mut status = previous.cloned().unwrap_or_default();
     status.observed_generation = generation;
-    let desired: Vec<(&str, bool, &str, String)> = match outcome {
-        Outcome::InvalidSpec(message) => vec![
-            (
-                conditions::DEGRADED,
-                true,
-                reasons::INVALID_SPEC,
-                message.clone(),
-            ),
-            (
-                conditions::PROGRESSING,
-                false,
-                reasons::INVALID_SPEC,
-                "the spec must be fixed before anything changes".into(),
-            ),
-        ],
-        Outcome::ApplyFailed(message) => vec![(
-            conditions::DEGRADED,
-            true,
-            reasons::APPLY_FAILED,
-            message.clone(),
-        )],
+    let desired = match outcome {
+        Outcome::InvalidSpec(message) => invalid_spec_conditions(message),
+        Outcome::ApplyFailed(message) => vec![DesiredCondition {
+            type_: conditions::DEGRADED,
+            value: true,
+            reason: reasons::APPLY_FAILED,
+            message: message.clone(),
+        }],
         Outcome::Reconciled { pools, phases } => {
-            let shards: i32 = pools.iter().map(|p| p.shards).sum();
-            let ready: i32 = pools.iter().map(|p| p.ready_shards).sum();
-            let updated: i32 = pools.iter().map(|p| p.updated_shards).sum();
-            status.pools = pools.clone();
-            status.pool_names = Some(
-                pools
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            );
-            status.shards_ready = Some(format!("{ready}/{shards}"));
-            status.updated_shards = Some(updated);
-            status.config_generation = generation;
-            let all_ready = ready == shards;
-            let (progressing, reason, message) = if phases.iter().any(Phase::rolling_out) {
-                let changing: Vec<String> = pools
-                    .iter()
-                    .zip(phases)
-                    .filter(|(_, phase)| **phase != Phase::Settled)
-                    .map(|(p, phase)| {
-                        format!(
-                            "pool {}: {} ({}/{} nodes up to date)",
-                            p.name,
-                            describe_phase(phase),
-                            p.updated_shards,
-                            p.shards
-                        )
-                    })
-                    .collect();
-                (
-                    true,
-                    rollout_reason(phases),
-                    if changing.is_empty() {
-                        format!("{updated}/{shards} nodes up to date")
-                    } else {
-                        changing.join("; ")
-                    },
-                )
-            } else if ready == 0 && shards > 0 {
-                (true, reasons::CREATING, format!("starting {shards} nodes"))
-            } else if !all_ready {
-                (
-                    true,
-                    reasons::SHARDS_NOT_READY,
-                    format!("{ready}/{shards} nodes ready"),
-                )
-            } else {
-                (
-                    false,
-                    reasons::ROLLOUT_COMPLETE,
-                    "every node runs the current spec".into(),
-                )
-            };
-            vec![
-                if all_ready {
-                    (
-                        conditions::READY,
-                        true,
-                        reasons::ALL_SHARDS_READY,
-                        format!("{ready}/{shards} nodes ready"),
-                    )
-                } else {
-                    (
-                        conditions::READY,
-                        false,
-                        reasons::SHARDS_NOT_READY,
-                        format!("{ready}/{shards} nodes ready"),
-                    )
-                },
-                (conditions::PROGRESSING, progressing, reason, message),
-                (
-                    conditions::DEGRADED,
-                    false,
-                    reasons::AS_EXPECTED,
-                    "no problems found".into(),
-                ),
-            ]
+            record_pools(&mut status, pools, generation);
+            reconciled_conditions(pools, phases)
         }
     };
-    for (type_, value, reason, message) in desired {
+    for c in desired {
         set_condition(
             &mut status.conditions,
-            type_,
-            value,
-            reason,
-            &message,
+            c.type_,
+            c.value,
+            c.reason,
+            &c.message,
             generation,
             now,
         );
@@ -184,6 +96,155 @@ pub fn compute(
         .conditions
         .sort_by_key(|c| conditions::TYPES.iter().position(|t| *t == c.type_));
     status
+}
+
+/// A condition as a pass wants it (`set_condition` keeps its transition time).
+struct DesiredCondition {
+    type_: &'static str,
+    value: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// Degraded with the validation message; nothing progresses until the spec is fixed.
+fn invalid_spec_conditions(message: &str) -> Vec<DesiredCondition> {
+    vec![
+        DesiredCondition {
+            type_: conditions::DEGRADED,
+            value: true,
+            reason: reasons::INVALID_SPEC,
+            message: message.to_owned(),
+        },
+        DesiredCondition {
+            type_: conditions::PROGRESSING,
+            value: false,
+            reason: reasons::INVALID_SPEC,
+            message: "the spec must be fixed before anything changes".into(),
+        },
+    ]
+}
+
+/// The pools' figures and the cluster's columns (Pools, Shards, Up-To-Date, Config,
+/// Hit-Ratio, Memory) from the pass's per-pool status.
+fn record_pools(status: &mut CacheClusterStatus, pools: &[PoolStatus], generation: Option<i64>) {
+    let shards: i32 = pools.iter().map(|p| p.shards).sum();
+    let ready: i32 = pools.iter().map(|p| p.ready_shards).sum();
+    status.pools = pools.to_vec();
+    status.pool_names = Some(
+        pools
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    status.shards_ready = Some(format!("{ready}/{shards}"));
+    status.updated_shards = Some(pools.iter().map(|p| p.updated_shards).sum());
+    status.config_generation = generation;
+    let usages: Vec<Option<&PoolUsage>> = pools.iter().map(|p| p.usage.as_ref()).collect();
+    status.hit_ratio = usage::cluster_hit_ratio(&usages);
+    status.memory_used = usage::cluster_memory(&usages);
+}
+
+/// Ready, Progressing and Degraded of a pass that reached the end.
+fn reconciled_conditions(pools: &[PoolStatus], phases: &[Phase]) -> Vec<DesiredCondition> {
+    let shards: i32 = pools.iter().map(|p| p.shards).sum();
+    let ready: i32 = pools.iter().map(|p| p.ready_shards).sum();
+    let all_ready = ready == shards;
+    let (value, reason) = if all_ready {
+        (true, reasons::ALL_SHARDS_READY)
+    } else {
+        (false, reasons::SHARDS_NOT_READY)
+    };
+    let (progressing, progress_reason, progress_message) = progressing(pools, phases);
+    vec![
+        DesiredCondition {
+            type_: conditions::READY,
+            value,
+            reason,
+            message: format!("{ready}/{shards} nodes ready"),
+        },
+        DesiredCondition {
+            type_: conditions::PROGRESSING,
+            value: progressing,
+            reason: progress_reason,
+            message: progress_message,
+        },
+        DesiredCondition {
+            type_: conditions::DEGRADED,
+            value: false,
+            reason: reasons::AS_EXPECTED,
+            message: "no problems found".into(),
+        },
+    ]
+}
+
+/// The Progressing condition: each changing pool's sentence while a rollout runs, else
+/// whether nodes are still starting.
+fn progressing(pools: &[PoolStatus], phases: &[Phase]) -> (bool, &'static str, String) {
+    let shards: i32 = pools.iter().map(|p| p.shards).sum();
+    let ready: i32 = pools.iter().map(|p| p.ready_shards).sum();
+    if phases.iter().any(Phase::rolling_out) {
+        let changing: Vec<String> = pools
+            .iter()
+            .zip(phases)
+            .filter(|(_, phase)| **phase != Phase::Settled)
+            .map(|(p, phase)| format!("pool {}: {}", p.name, pool_sentence(phase, p)))
+            .collect();
+        let updated: i32 = pools.iter().map(|p| p.updated_shards).sum();
+        let message = if changing.is_empty() {
+            format!("{updated}/{shards} nodes up to date")
+        } else {
+            changing.join(" ")
+        };
+        (true, rollout_reason(phases), message)
+    } else if ready == 0 && shards > 0 {
+        (true, reasons::CREATING, format!("starting {shards} nodes"))
+    } else if ready != shards {
+        (
+            true,
+            reasons::SHARDS_NOT_READY,
+            format!("{ready}/{shards} nodes ready"),
+        )
+    } else {
+        (
+            false,
+            reasons::ROLLOUT_COMPLETE,
+            "every node runs the current spec".into(),
+        )
+    }
+}
+
+/// What a pool is doing, in one sentence ending in a full stop: the step under way,
+/// why it is safe, and how far it has come.
+pub(crate) fn pool_sentence(phase: &Phase, pool: &PoolStatus) -> String {
+    let (updated, ready, shards) = (pool.updated_shards, pool.ready_shards, pool.shards);
+    let up_to_date = format!("{updated}/{shards} nodes up to date");
+    match phase {
+        Phase::Settled => format!(
+            "Settled: every node runs the current spec and ring; {ready}/{shards} nodes ready."
+        ),
+        Phase::WaitingForNodes => format!(
+            "Waiting for nodes to start and answer before the ring changes; {ready}/{shards} nodes ready."
+        ),
+        Phase::Configuring => format!(
+            "Pushing configuration generation {} to one node at a time, live, without a restart; {}/{shards} nodes run it.",
+            pool.config_generation, pool.configured_shards
+        ),
+        Phase::Resizing(node) => format!(
+            "Resizing {node}'s memory in place, without a restart (its byte budget lowered before the limit, raised after it); {up_to_date}."
+        ),
+        Phase::Restarting(node) => format!(
+            "Restarting {node} with handoff: its entries move to its peers before it stops and it serves again once it has its copies back; {up_to_date}."
+        ),
+        Phase::ScalingOut(joining) => format!(
+            "Scaling out: {} join the ring and receive their keys from their peers before they serve; {ready}/{shards} nodes ready.",
+            named_nodes(joining)
+        ),
+        Phase::ScalingIn(leaving) => format!(
+            "Scaling in: {} hand their keys to the nodes that stay before they are removed; {ready}/{shards} nodes ready.",
+            named_nodes(leaving)
+        ),
+    }
 }
 
 pub(crate) fn set_condition(
@@ -221,93 +282,138 @@ pub(crate) fn pool_statuses(
     cluster: &ValidatedCluster,
     plans: &[(PoolPlan, PoolObservation)],
     previous: Option<&CacheClusterStatus>,
+    now: &Time,
 ) -> Vec<PoolStatus> {
-    let target = cluster.generation;
     let mut pools: Vec<PoolStatus> = cluster
         .pools
         .iter()
         .zip(plans)
         .map(|(pool, (plan, observation))| {
-            let in_pool = |n: &&NodeView| n.ordinal < pool.shards;
-            let at_target = |n: &NodeView| {
-                n.report
-                    .is_some_and(|r| i64::try_from(r.generation).unwrap_or(0) >= target)
-            };
-            let nodes_in_pool = || observation.nodes.iter().filter(in_pool);
-            let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
-            PoolStatus {
-                name: pool.name.clone(),
-                shards: pool.shards,
-                ready_shards: count(nodes_in_pool().filter(|n| n.serving()).count()),
-                config_generation: target,
-                updated_shards: count(
-                    nodes_in_pool()
-                        .filter(|n| n.serving() && n.current_template && at_target(n))
-                        .count(),
-                ),
-                configured_shards: count(nodes_in_pool().filter(|n| at_target(n)).count()),
-                ring_version: i64::try_from(plan.layout.topology.version).unwrap_or(i64::MAX),
-                endpoint: Some(names::client_endpoint(
-                    &cluster.name,
-                    &pool.name,
-                    &cluster.namespace,
-                    cluster.port,
-                )),
-                phase: Some(match lost_nodes_note(&observation.nodes) {
-                    Some(lost) => format!("{}; {lost}", describe_phase(&plan.phase)),
-                    None => describe_phase(&plan.phase),
-                }),
-                memory_resize: {
-                    let resizing = observation
-                        .nodes
-                        .iter()
-                        .any(|n| n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes));
-                    if resizing {
-                        // Nodes whose memory cannot change in place are marked outdated.
-                        let restarting = observation.nodes.iter().any(|n| {
-                            n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes)
-                                && !n.current_template
-                        });
-                        Some(
-                            if restarting {
-                                "RestartWithHandoff"
-                            } else {
-                                "InPlace"
-                            }
-                            .into(),
-                        )
-                    } else {
-                        previous
-                            .and_then(|s| s.pools.iter().find(|p| p.name == pool.name))
-                            .and_then(|p| p.memory_resize.clone())
-                    }
-                },
-                nodes: observation
-                    .nodes
-                    .iter()
-                    .map(|n| NodeStatus {
-                        name: n.name.clone(),
-                        ready: n.serving(),
-                        state: plan
-                            .layout
-                            .topology
-                            .members
-                            .iter()
-                            .find(|m| m.id == n.name)
-                            .map(|m| m.state.as_str().to_owned()),
-                        config_generation: n
-                            .report
-                            .map(|r| i64::try_from(r.generation).unwrap_or(0)),
-                        ring_version: n.report.map(|r| i64::try_from(r.ring_version).unwrap_or(0)),
-                        entries: n.report.map(|r| i64::try_from(r.entries).unwrap_or(0)),
-                        current_template: n.current_template,
-                    })
-                    .collect(),
-            }
+            let previous = previous.and_then(|s| s.pools.iter().find(|p| p.name == pool.name));
+            pool_status(cluster, pool, plan, observation, previous, now)
         })
         .collect();
     limit_listed_nodes(&mut pools, MAX_LISTED_NODES);
     pools
+}
+
+/// One pool's status: its counts, phase and sentence, usage and nodes.
+fn pool_status(
+    cluster: &ValidatedCluster,
+    pool: &ValidatedPool,
+    plan: &PoolPlan,
+    observation: &PoolObservation,
+    previous: Option<&PoolStatus>,
+    now: &Time,
+) -> PoolStatus {
+    let target = cluster.generation;
+    let at_target = |n: &NodeView| {
+        n.report
+            .is_some_and(|r| i64::try_from(r.generation).unwrap_or(0) >= target)
+    };
+    let in_pool: Vec<&NodeView> = observation
+        .nodes
+        .iter()
+        .filter(|n| n.ordinal < pool.shards)
+        .collect();
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let mut status = PoolStatus {
+        name: pool.name.clone(),
+        shards: pool.shards,
+        ready_shards: count(in_pool.iter().filter(|n| n.serving()).count()),
+        config_generation: target,
+        updated_shards: count(
+            in_pool
+                .iter()
+                .filter(|n| n.serving() && n.current_template && at_target(n))
+                .count(),
+        ),
+        configured_shards: count(in_pool.iter().filter(|n| at_target(n)).count()),
+        ring_version: i64::try_from(plan.layout.topology.version).unwrap_or(i64::MAX),
+        endpoint: Some(names::client_endpoint(
+            &cluster.name,
+            &pool.name,
+            &cluster.namespace,
+            cluster.port,
+        )),
+        phase: None,
+        memory_resize: memory_resize(pool, observation, previous),
+        message: None,
+        usage: usage::sample(
+            &observation.nodes,
+            previous.and_then(|p| p.usage.as_ref()),
+            now,
+        ),
+        nodes: node_statuses(plan, observation),
+    };
+    let lost = lost_nodes_note(&observation.nodes);
+    status.phase = Some(match &lost {
+        Some(lost) => format!("{}; {lost}", describe_phase(&plan.phase)),
+        None => describe_phase(&plan.phase),
+    });
+    let sentence = pool_sentence(&plan.phase, &status);
+    status.message = Some(match lost {
+        Some(lost) => format!("{} {}.", sentence, capitalized(&lost)),
+        None => sentence,
+    });
+    status
+}
+
+/// `text` with its first letter in upper case.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// How the last memory limit change reaches the pool's nodes: in place, or by a
+/// restart where the pod cannot be resized; kept from `previous` once done.
+fn memory_resize(
+    pool: &ValidatedPool,
+    observation: &PoolObservation,
+    previous: Option<&PoolStatus>,
+) -> Option<String> {
+    let off_limit = |n: &NodeView| n.memory_limit.is_some_and(|l| l != pool.memory_limit_bytes);
+    if !observation.nodes.iter().any(off_limit) {
+        return previous.and_then(|p| p.memory_resize.clone());
+    }
+    // Nodes whose memory cannot change in place are marked outdated.
+    let restarting = observation
+        .nodes
+        .iter()
+        .any(|n| off_limit(n) && !n.current_template);
+    Some(
+        if restarting {
+            "RestartWithHandoff"
+        } else {
+            "InPlace"
+        }
+        .into(),
+    )
+}
+
+/// Each observed node as the status lists it.
+fn node_statuses(plan: &PoolPlan, observation: &PoolObservation) -> Vec<NodeStatus> {
+    observation
+        .nodes
+        .iter()
+        .map(|n| NodeStatus {
+            name: n.name.clone(),
+            ready: n.serving(),
+            state: plan
+                .layout
+                .topology
+                .members
+                .iter()
+                .find(|m| m.id == n.name)
+                .map(|m| m.state.as_str().to_owned()),
+            config_generation: n.report.map(|r| i64::try_from(r.generation).unwrap_or(0)),
+            ring_version: n.report.map(|r| i64::try_from(r.ring_version).unwrap_or(0)),
+            entries: n.report.map(|r| i64::try_from(r.entries).unwrap_or(0)),
+            current_template: n.current_template,
+        })
+        .collect()
 }
 
 /// Nodes a pool's phase names; a scale-out or scale-in of more says how many more (a
@@ -315,21 +421,25 @@ pub(crate) fn pool_statuses(
 /// as much into the Progressing message, for every pool).
 const PHASE_NODES: usize = 8;
 
-fn describe_phase(phase: &Phase) -> String {
-    let nodes = |nodes: &[String]| match nodes.get(..PHASE_NODES) {
+/// The nodes a phase names, at most [`PHASE_NODES`] of them.
+fn named_nodes(nodes: &[String]) -> String {
+    match nodes.get(..PHASE_NODES) {
         Some(named) if nodes.len() > PHASE_NODES => {
             format!("{} and {} more", named.join(","), nodes.len() - PHASE_NODES)
         }
         _ => nodes.join(","),
-    };
+    }
+}
+
+fn describe_phase(phase: &Phase) -> String {
     match phase {
         Phase::Settled => "Settled".into(),
         Phase::WaitingForNodes => "WaitingForNodes".into(),
         Phase::Configuring => "Configuring".into(),
         Phase::Resizing(node) => format!("Resizing {node}"),
         Phase::Restarting(node) => format!("Restarting {node}"),
-        Phase::ScalingOut(joining) => format!("ScalingOut {}", nodes(joining)),
-        Phase::ScalingIn(leaving) => format!("ScalingIn {}", nodes(leaving)),
+        Phase::ScalingOut(joining) => format!("ScalingOut {}", named_nodes(joining)),
+        Phase::ScalingIn(leaving) => format!("ScalingIn {}", named_nodes(leaving)),
     }
 }
 
@@ -472,6 +582,8 @@ mod tests {
             endpoint: Some("grpc://demo-hot.cache.svc:50051".into()),
             phase: Some("Settled".into()),
             memory_resize: None,
+            message: None,
+            usage: None,
             nodes: Vec::new(),
         }
     }
@@ -606,7 +718,8 @@ mod tests {
         let progressing = condition(&status, "Progressing");
         assert_eq!(
             progressing.message,
-            "pool hot: Restarting demo-hot-2 (2/3 nodes up to date)"
+            "pool hot: Restarting demo-hot-2 with handoff: its entries move to its peers before \
+             it stops and it serves again once it has its copies back; 2/3 nodes up to date."
         );
     }
 

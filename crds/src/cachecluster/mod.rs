@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::change_class::ChangeClass;
 pub use self::pool::{PersistenceSpec, PoolSpec, SchedulingSpec, SpreadSpec, WhenUnsatisfiable};
-pub use self::status::{CacheClusterStatus, NodeStatus, PoolStatus};
+pub use self::status::{CacheClusterStatus, NodeStatus, PoolStatus, PoolUsage};
 pub use self::validate::{FieldError, InvalidSpec};
 pub use crate::node_config::ClientAuth;
 
@@ -71,6 +71,18 @@ pub const VERSION: &str = "v1alpha1";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
         description = "Whether every shard of every pool is ready."
+    ),
+    printcolumn(
+        name = "Hit-Ratio",
+        type_ = "string",
+        json_path = ".status.hitRatio",
+        description = "Share of lookups that found their entry since the operator's previous sample (samples at least 30 s apart), over every pool."
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.memoryUsed",
+        description = "Arrow bytes held over the byte budget, over every pool's nodes."
     ),
     printcolumn(
         name = "Reason",

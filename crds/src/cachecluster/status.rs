@@ -3,7 +3,7 @@
 //! Condition types and reasons are the constants of [`crate::conditions`]. Pure types;
 //! no I/O.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +47,17 @@ pub struct CacheClusterStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolStatus>,
+
+    /// Share of lookups that found their entry, over every pool, in the window
+    /// `pools[].usage` describes (e.g. `93.1%`; `idle` when that window had no lookup);
+    /// the Hit-Ratio column of `kubectl get cc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hit_ratio: Option<String>,
+
+    /// Arrow bytes held over the byte budget, over every pool's nodes, in binary units
+    /// (e.g. `1.2Gi/3.0Gi`); the Memory column of `kubectl get cc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used: Option<String>,
 
     /// The Secret holding the token(s) clients present, as `<secret>/<key>` (e.g.
     /// `analytics-client-token/token`): the one `spec.auth.secretName` names or the one
@@ -107,6 +118,17 @@ pub struct PoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_resize: Option<String>,
 
+    /// What the pool is doing, in one sentence (what `kubectl describe cc` shows under
+    /// each pool), e.g. `Restarting demo-hot-1 with handoff: its entries move to its
+    /// peers before it stops; 2/3 nodes up to date.`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// What the pool's nodes hold and serve, sampled from their `stats` at most every
+    /// 30 s (not on every pass), when every node of the pool answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<PoolUsage>,
+
     /// The pool's nodes as the operator last saw them, by name: every node while the
     /// CacheCluster has at most 2,048, else a share of 2,048 per pool, nodes that need
     /// attention (not Ready, not active, behind) first, so the object stays within etcd's
@@ -114,6 +136,48 @@ pub struct PoolStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeStatus>,
+}
+
+/// What a pool's nodes hold and serve, as the operator last sampled it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolUsage {
+    /// When the nodes were asked.
+    pub sampled_at: Time,
+
+    /// Entries held over the pool's nodes (copies counted once per node).
+    #[serde(default)]
+    pub entries: u64,
+
+    /// Arrow bytes held over the pool's nodes.
+    #[serde(default)]
+    pub used_bytes: u64,
+
+    /// The nodes' byte budgets added up.
+    #[serde(default)]
+    pub budget_bytes: u64,
+
+    /// Lookups that found their entry, over the pool's nodes since each started (the
+    /// counters the window of `hitRatio` is taken from).
+    #[serde(default)]
+    pub hits: u64,
+
+    /// Lookups that found none, counted like `hits`.
+    #[serde(default)]
+    pub misses: u64,
+
+    /// Hits over lookups since the previous sample (or since the nodes started, when a
+    /// node restarted in between), e.g. `93.1%`; `idle` when there was no lookup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hit_ratio: Option<String>,
+
+    /// Lookups in that window that found their entry (the numerator of `hitRatio`).
+    #[serde(default)]
+    pub window_hits: u64,
+
+    /// Lookups in that window (the denominator of `hitRatio`).
+    #[serde(default)]
+    pub window_lookups: u64,
 }
 
 /// One cache node as the operator last saw it.
