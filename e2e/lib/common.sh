@@ -25,6 +25,10 @@ RESOLVE_IMAGE=flightcache.local/resolve:e2e
 
 CONTAINERD_SOCK=$STATE/containerd/containerd.sock
 KUBECONFIG_FILE=$STATE/kubeconfig
+# kubectl's discovery cache is keyed by the API server's address only (~/.kube/cache/
+# discovery/127.0.0.1_6443), so a cluster of an earlier run at the same address would
+# answer for this one (a resource it had and this one lacks yet); each cluster has its own.
+export KUBECACHEDIR=$STATE/kube-cache
 
 # More Kubernetes nodes (`e2e/cluster up --nodes N`): node 1 is this host (pods on $BRIDGE,
 # $POD_CIDR); node K >= 2 is a network namespace `fc-node-K` with its own containerd,
