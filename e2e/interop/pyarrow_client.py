@@ -5,6 +5,7 @@ Java and Go ones, and the table the tests send and compare. Usage:
     pyarrow_client.py get HOST PORT TOKEN KEY OUT.arrow
     pyarrow_client.py table mixed|empty OUT.arrow
     pyarrow_client.py compare EXPECTED.arrow GOT.arrow
+    pyarrow_client.py probe-frozen HOST PORT TOKEN KEY
 
 `put` and `get` behave as the Java and Go clients do: one JSON line `{"ok":true,"rows":N}`
 (`get`: `{"ok":false,"missing":true}` on NOT_FOUND), any other failure exits 1 with
@@ -17,12 +18,17 @@ int64, float64, utf8 (non-ASCII too), bool, date32, timestamp[us, UTC], decimal1
 binary and list<int64> columns, nulls in each, and schema and field metadata; `empty` is
 its schema with no batch. `compare` exits 1 unless GOT holds the same table as EXPECTED
 (`Table.equals`) with the same schema, metadata included.
+
+`probe-frozen` is the Java and Go clients' (e2e/interop/frozen-node): gRPC-core's figure
+beside theirs.
 """
 
 import datetime
 import decimal
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,6 +133,40 @@ def compare(expected_path: str, got_path: str) -> None:
     print(f"equal: {got.num_rows} rows, {got.num_columns} columns, schema and metadata")
 
 
+def probe_frozen(host: str, port: str, token: str, key: str) -> None:
+    """Reads KEY (the connection is then open), prints {"ready":true}, waits for a line on
+    stdin (sent once the node is stopped), then starts at once on that connection a
+    DoAction "ping" (not in the service config: it ends when the connection does) and a
+    DoGet of KEY (retried by the service config); prints how long each took and its code."""
+    client = dial(host, port)
+    client.do_get(flight.Ticket(b"FCT\x01P" + key.encode()), options(token)).read_all()
+    print('{"ready":true}', flush=True)
+    if not sys.stdin.readline():
+        raise SystemExit("stdin closed before the go-ahead")
+    outcomes = {}
+    started = time.monotonic()
+
+    def timed(name, call):
+        code = "OK"
+        try:
+            call()
+        except (flight.FlightError, pa.ArrowException) as err:
+            code = status_of(err)[0]
+        outcomes[name] = {"ms": round((time.monotonic() - started) * 1000), "code": code}
+
+    calls = {
+        "ping": lambda: list(client.do_action(flight.Action("ping", b""), options(token))),
+        "get": lambda: client.do_get(flight.Ticket(b"FCT\x01P" + key.encode()), options(token)).read_all(),
+    }
+    threads = [threading.Thread(target=timed, args=item) for item in calls.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(json.dumps({"ping": outcomes["ping"], "get": outcomes["get"]}, separators=(",", ":")))
+    client.close()
+
+
 def main() -> None:
     args = sys.argv[1:]
     if len(args) == 3 and args[0] == "table":
@@ -134,6 +174,9 @@ def main() -> None:
         return
     if len(args) == 3 and args[0] == "compare":
         compare(args[1], args[2])
+        return
+    if len(args) == 5 and args[0] == "probe-frozen":
+        probe_frozen(*args[1:])
         return
     if len(args) != 6 or args[0] not in ("put", "get"):
         raise SystemExit(__doc__)
