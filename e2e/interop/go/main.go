@@ -1,5 +1,5 @@
 // Command flightcache-interop-go is an Arrow Go Flight client of a FlightCache node, for
-// the interoperability tests of e2e/interop (README.md there). It speaks the node's plain
+// the interoperability tests of e2e/interop (docs/clients.md). It speaks the node's plain
 // Flight conventions, as pyarrow does in e2e/tests/flight_client.py:
 //
 //	put HOST PORT TOKEN KEY IN.arrow    DoPut of an Arrow IPC file under KEY
