@@ -420,3 +420,19 @@ def refusals(ns):
         ("a CacheCluster listed twice", {"cacheClusters": one + one},
          f"CacheCluster {ns['release']}/results is listed twice"),
     ]
+
+
+def report(results):
+    """Prints each failed check with its detail (and, with CHART_TESTS_VERBOSE, the passed
+    ones), then the totals line; returns the failed (what, ok, detail) records."""
+    failed = [r for r in results if not r[1]]
+    for what, _ok, detail in failed:
+        print(f"FAIL {what}")
+        if detail:
+            print("     " + str(detail).replace("\n", "\n     "))
+    if os.environ.get("CHART_TESTS_VERBOSE"):
+        for what, ok, _ in results:
+            if ok:
+                print(f"ok   {what}")
+    print(f"chart-tests: {len(results) - len(failed)} passed, {len(failed)} failed")
+    return failed

@@ -112,16 +112,7 @@ def main():
         record(f"kubeconform refuses {kind}: {name}", bool(refused) and not others,
                json.dumps([{k: r.get(k) for k in ("kind", "status", "msg")} for r in res if r["status"] != "statusValid"]))
 
-    failed = [r for r in results if not r[1]]
-    for what, _ok, detail in failed:
-        print(f"FAIL {what}")
-        if detail:
-            print("     " + str(detail).replace("\n", "\n     "))
-    if os.environ.get("CHART_TESTS_VERBOSE"):
-        for what, ok, _ in results:
-            if ok:
-                print(f"ok   {what}")
-    print(f"chart-tests: {len(results) - len(failed)} passed, {len(failed)} failed")
+    failed = cases.report(results)
     subprocess.run(["rm", "-rf", workdir], check=False)
     return 1 if failed else 0
 

@@ -127,16 +127,7 @@ def main():
             print(f"  the CRDs existed before ({', '.join(existing)}): applied, and left in place")
         subprocess.run(["rm", "-rf", workdir], check=False)
 
-    failed = [r for r in results if not r[1]]
-    for what, _ok, detail in failed:
-        print(f"FAIL {what}")
-        if detail:
-            print("     " + str(detail).replace("\n", "\n     "))
-    if os.environ.get("CHART_TESTS_VERBOSE"):
-        for what, ok, _ in results:
-            if ok:
-                print(f"ok   {what}")
-    print(f"chart-tests: {len(results) - len(failed)} passed, {len(failed)} failed")
+    failed = cases.report(results)
     return 1 if failed else 0
 
 
