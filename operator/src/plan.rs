@@ -452,10 +452,14 @@ impl<'a> Pass<'a> {
             .is_some_and(|n| !n.ready && n.unready_seconds >= OUT_OF_RING_AFTER_UNREADY_SECONDS)
     }
 
-    /// Its containers are ready behind a closed readiness gate, and it reported this pass.
-    fn answering_behind_gate(&self, ordinal: i32) -> bool {
-        self.node(ordinal)
-            .is_some_and(|n| n.gate == (Gate::Closed { up: true }) && n.report.is_some())
+    /// Not Ready, yet it answers: its containers are ready and it reported this pass.
+    /// Either up behind its closed readiness gate, or just admitted (the gate open, the
+    /// kubelet yet to mark the pod Ready: a CI run's force-deleted replacement was read
+    /// as unready since its creation in that half second and taken out of the ring).
+    fn answering_while_unready(&self, ordinal: i32) -> bool {
+        self.node(ordinal).is_some_and(|n| {
+            n.report.is_some() && matches!(n.gate, Gate::Closed { up: true } | Gate::Open)
+        })
     }
 
     /// Another member is active and Ready to take `ordinal`'s keys (a pool never
@@ -509,9 +513,10 @@ impl<'a> Pass<'a> {
             // A new pool starts with every node active: nothing to hand off yet.
             (false, _, _) => MemberState::Active,
             // Up behind its closed gate and answering: a new pod not yet admitted (a
-            // replacement waits there for its copies, `waiting_for_copies`). Its Ready
-            // condition has been False since it was created, which is not a member gone.
-            (true, Some(MemberState::Active), false) if self.answering_behind_gate(ordinal) => {
+            // replacement waits there for its copies, `waiting_for_copies`), or admitted a
+            // moment ago. Its Ready condition has been False since it was created, which
+            // is not a member gone.
+            (true, Some(MemberState::Active), false) if self.answering_while_unready(ordinal) => {
                 MemberState::Active
             }
             // Unready too long while another member can take its keys: out of the key
@@ -1161,6 +1166,25 @@ mod tests {
         });
         let whole = plan_pool(&cluster, &cluster.pools[0], &observed);
         assert_eq!(whole.steps, [Step::Admit(vec!["demo-hot-1".into()])]);
+
+        // Admitted: its gate is open, and until the kubelet marks the pod Ready it is
+        // still unready since its creation. It answers, so it stays in the key space.
+        let mut admitted = observed.clone();
+        admitted.nodes[1].gate = Gate::Open;
+        let lag = plan_pool(&cluster, &cluster.pools[0], &admitted);
+        assert_eq!(lag.layout.topology, observed.previous.clone().unwrap());
+        assert!(
+            !lag.steps.iter().any(|s| matches!(s, Step::HoldOut(_))),
+            "{:?}",
+            lag.steps
+        );
+        // The same pod silent (its report missing) is a member gone: out of the key space.
+        admitted.nodes[1].report = None;
+        let gone = plan_pool(&cluster, &cluster.pools[0], &admitted);
+        assert_eq!(
+            ring::state_of(&gone.layout.topology, &cluster, &cluster.pools[0], 1),
+            Some(MemberState::Joining)
+        );
 
         // A peer still holding strays (the evicted process's exit handoff) owes them first.
         let mut strays = observed.clone();
