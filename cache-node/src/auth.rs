@@ -35,6 +35,7 @@ use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
 
 use crate::config::Credentials;
+use crate::connection::ConnectionInfo;
 use crate::error::{Error, Result};
 use crate::headers::{INTERNAL_HEADER_PREFIX, PREVIOUS_ATTEMPTS_HEADER};
 use crate::metrics::Metrics;
@@ -104,6 +105,11 @@ where
             let metadata = MetadataMap::from_headers(request.headers().clone());
             match self.auth.admit(&metadata) {
                 Ok(caller) => {
+                    // The connection carried an authenticated call: it may stay open
+                    // (`wire/accept` ends one that has not within its limit).
+                    if let Some(connection) = ConnectionInfo::of(request.extensions()) {
+                        connection.mark_authenticated();
+                    }
                     // A relayed call keeps its client's headers: counted where it arrived.
                     if caller != Caller::Peer && is_a_retry(&metadata) {
                         let agent = request

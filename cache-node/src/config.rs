@@ -125,6 +125,11 @@ pub struct Cli {
     /// accepted [default: 10000].
     #[arg(long, env = "FLIGHTCACHE_MAX_CONNECTIONS")]
     pub max_connections: Option<u64>,
+    /// Most Flight connections one client address may hold open at once; further ones
+    /// from it are closed as they are accepted [default: a quarter of
+    /// --max-connections, rounded up].
+    #[arg(long, env = "FLIGHTCACHE_MAX_CONNECTIONS_PER_SOURCE")]
+    pub max_connections_per_source: Option<u64>,
     /// Longest a call's handler may run (a DoPut's whole upload, a DoAction such as
     /// rebalance; not the sending of a DoGet's answer) before it ends with an error; a
     /// client's shorter grpc-timeout wins [default: 300s].
@@ -265,6 +270,8 @@ pub struct Config {
     pub location_mode: LocationMode,
     /// Most Flight connections open at once.
     pub max_connections: usize,
+    /// Most Flight connections one client address may hold open at once.
+    pub max_connections_per_source: usize,
     /// Longest a call's handler may run.
     pub max_call_duration: Duration,
     /// Longest a DoGet answer may go unread.
@@ -430,6 +437,25 @@ pub const DEFAULT_MAX_CALL_DURATION: Duration = Duration::from_secs(300);
 /// below the file descriptors a pod gets.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
+/// `--max-connections-per-source`: at least 1 and at most `max_connections`; by default a
+/// quarter of it, so one client address cannot take every place from the operator, the
+/// peers and the kubelet's probe.
+fn pick_max_connections_per_source(
+    value: Option<u64>,
+    max_connections: usize,
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(max_connections.div_ceil(4)),
+        Some(0) => Err(ConfigError::Invalid {
+            field: "max-connections-per-source",
+            reason: "must be at least 1".into(),
+        }),
+        Some(n) => Ok(usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .min(max_connections)),
+    }
+}
+
 fn pick_max_connections(value: Option<u64>) -> Result<usize, ConfigError> {
     match value {
         None => Ok(DEFAULT_MAX_CONNECTIONS),
@@ -479,6 +505,7 @@ impl Config {
             log_format,
             location_mode,
             max_connections,
+            max_connections_per_source,
             max_call_duration,
             max_read_stall,
             http2_keepalive_interval,
@@ -606,6 +633,7 @@ impl Config {
                 reason: "the client, admin and peer tokens must all differ".into(),
             });
         }
+        let max_connections = pick_max_connections(max_connections.or(file.max_connections))?;
         Ok(Self {
             listen,
             metrics_listen,
@@ -622,7 +650,11 @@ impl Config {
             topology,
             log_format,
             location_mode: location_mode.or(file.location_mode).unwrap_or_default(),
-            max_connections: pick_max_connections(max_connections.or(file.max_connections))?,
+            max_connections,
+            max_connections_per_source: pick_max_connections_per_source(
+                max_connections_per_source,
+                max_connections,
+            )?,
             max_call_duration: positive_duration(
                 "max-call-duration",
                 max_call_duration,

@@ -35,6 +35,7 @@ pub mod cgroup;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod connection;
 pub mod error;
 pub mod flight;
 pub mod headers;

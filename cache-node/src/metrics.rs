@@ -205,6 +205,10 @@ pub struct Metrics {
     pub connections_refused: Counter,
     /// Metrics-port connections closed on accept because its limit were open.
     pub metrics_connections_refused: Counter,
+    /// Connections closed on accept because their client address had its share open.
+    pub connections_refused_per_source: Counter,
+    /// Connections closed because they carried no authenticated call within their limit.
+    pub unauthenticated_connections_closed: Counter,
     /// Local-hit answers whose reader took no frame for `--max-read-stall`: their frames
     /// were let go.
     pub stalled_reads: Counter,
@@ -360,6 +364,18 @@ impl Metrics {
             "Flight connections closed on accept because the node's connection limit was reached",
             connections_refused.clone(),
         );
+        let connections_refused_per_source = Counter::default();
+        registry.register(
+            "connections_refused_per_source",
+            "Flight connections closed on accept because their client address already had its share of the connection limit open",
+            connections_refused_per_source.clone(),
+        );
+        let unauthenticated_connections_closed = Counter::default();
+        registry.register(
+            "unauthenticated_connections_closed",
+            "Flight connections closed because they carried no authenticated call within 20 s of their acceptance",
+            unauthenticated_connections_closed.clone(),
+        );
         let metrics_connections_refused = Counter::default();
         registry.register(
             "metrics_connections_refused",
@@ -446,6 +462,8 @@ impl Metrics {
             coalesced_reads,
             connections_refused,
             metrics_connections_refused,
+            connections_refused_per_source,
+            unauthenticated_connections_closed,
             stalled_reads,
             tls_handshake_failures,
             tls_reloads,

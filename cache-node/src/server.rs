@@ -278,6 +278,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         acceptor: tls.as_ref().map(|tls| tls.acceptor.clone()),
         settings: ConnectionSettings {
             max_connections: config.max_connections,
+            max_connections_per_source: config.max_connections_per_source,
             max_call_duration: config.max_call_duration,
             http2_keepalive_interval: config.http2_keepalive_interval,
             http2_keepalive_timeout: config.http2_keepalive_timeout,
@@ -498,6 +499,7 @@ async fn report_readiness(
 /// The connection and call bounds of the Flight port.
 struct ConnectionSettings {
     max_connections: usize,
+    max_connections_per_source: usize,
     max_call_duration: Duration,
     http2_keepalive_interval: Duration,
     http2_keepalive_timeout: Duration,
@@ -540,11 +542,21 @@ async fn serve_flight<H: Health>(serving: FlightServing<H>) -> Result<(), Server
     // Every connection gets TCP_NODELAY (Nagle's algorithm would hold small answers
     // back ~40 ms waiting for an ACK) and keepalive; past `max_connections` new ones
     // are closed, and accepting pauses while descriptors are exhausted.
+    // One client address holds at most its share, and a connection that carries no
+    // authenticated call in time is closed (`connection.rs`).
     let incoming = BoundedIncoming::new(
         listener,
         settings.max_connections,
         TCP_KEEPALIVE,
         metrics.connections_refused.clone(),
+    )
+    .with_per_source_limit(
+        settings.max_connections_per_source,
+        metrics.connections_refused_per_source.clone(),
+    )
+    .closing_unauthenticated_after(
+        crate::connection::UNAUTHENTICATED_CONNECTION_LIMIT,
+        metrics.unauthenticated_connections_closed.clone(),
     );
     // Health answers without authentication: behind the request limits too (a small
     // Check, no Watch).

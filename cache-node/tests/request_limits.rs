@@ -3,8 +3,9 @@
 //! before its body is read at all, and the node's RSS (read from /proc, the node runs as
 //! its own process) shows it; a DoPut message over the max entry size is refused by its
 //! length; each connection is told the node's stream cap, streams past it are refused
-//! (a hand-written HTTP/2 client opens 100,000), and a connection whose pings go
-//! unanswered is closed.
+//! (a hand-written HTTP/2 client opens 100,000), a connection whose pings go
+//! unanswered is closed, so is one that carries no authenticated call within its limit,
+//! and one client address holds at most its share of the connections.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -392,16 +393,72 @@ async fn h2_answers(addr: &str) -> Option<h2::client::SendRequest<bytes::Bytes>>
     (answer.headers().get("grpc-status")? == "16").then_some(client)
 }
 
-/// [`h2_answers`], tried every 50 ms for up to `within` (a place freed by a close is
+/// An HTTP/2 connection from `source` (any loopback address) whose call with the token
+/// was admitted, so the node keeps it open; its driver ends when the connection closes.
+struct AdmittedConnection {
+    client: h2::client::SendRequest<bytes::Bytes>,
+    driver: tokio::task::JoinHandle<Result<(), h2::Error>>,
+}
+
+/// A GetFlightInfo request to `addr`, with the token when `token`.
+fn get_flight_info(addr: &str, token: bool) -> http::Request<()> {
+    let mut request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{addr}/arrow.flight.protocol.FlightService/GetFlightInfo"
+        ))
+        .header("content-type", "application/grpc");
+    if token {
+        request = request.header("authorization", format!("Bearer {TOKEN}"));
+    }
+    request.body(()).unwrap()
+}
+
+/// The grpc-status of one call on `client`.
+async fn h2_status(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    request: http::Request<()>,
+) -> Option<String> {
+    let ready = client.clone().ready().await.ok()?;
+    *client = ready;
+    let (response, _) = client.send_request(request, true).ok()?;
+    let answer = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .ok()?
+        .ok()?;
+    Some(
+        answer
+            .headers()
+            .get("grpc-status")?
+            .to_str()
+            .ok()?
+            .to_owned(),
+    )
+}
+
+/// A connection from `source` to `addr` whose call with the token got past the
+/// authentication (any status but UNAUTHENTICATED).
+async fn h2_admitted(addr: &str, source: std::net::IpAddr) -> Option<AdmittedConnection> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket.bind(std::net::SocketAddr::new(source, 0)).ok()?;
+    let tcp = socket.connect(addr.parse().ok()?).await.ok()?;
+    let (mut client, connection) = h2::client::handshake(tcp).await.ok()?;
+    let driver = tokio::spawn(connection);
+    let status = h2_status(&mut client, get_flight_info(addr, true)).await?;
+    (status != "16").then_some(AdmittedConnection { client, driver })
+}
+
+/// [`h2_admitted`], tried every 50 ms for up to `within` (a place freed by a close is
 /// reused once the node has noticed the close).
-async fn h2_answers_within(
+async fn h2_admitted_within(
     addr: &str,
+    source: std::net::IpAddr,
     within: Duration,
-) -> Option<h2::client::SendRequest<bytes::Bytes>> {
+) -> Option<AdmittedConnection> {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(client) = h2_answers(addr).await {
-            return Some(client);
+        if let Some(connection) = h2_admitted(addr, source).await {
+            return Some(connection);
         }
         if Instant::now() >= deadline {
             return None;
@@ -410,15 +467,26 @@ async fn h2_answers_within(
     }
 }
 
+const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
 #[tokio::test]
 async fn connections_past_the_limit_are_closed_and_a_freed_place_is_reused() {
-    let node = NodeProcess::start_with(&["--max-connections", "2"], None).await;
+    let node = NodeProcess::start_with(
+        &[
+            "--max-connections",
+            "2",
+            "--max-connections-per-source",
+            "2",
+        ],
+        None,
+    )
+    .await;
     // The start-up wait's TCP probe held a place until the node noticed its close (a CI
     // run refused connection 2 for it): take the two places once they are free.
-    let first = h2_answers_within(&node.addr, Duration::from_secs(10))
+    let first = h2_admitted_within(&node.addr, LOOPBACK, Duration::from_secs(10))
         .await
         .expect("connection 1");
-    let second = h2_answers_within(&node.addr, Duration::from_secs(10))
+    let second = h2_admitted_within(&node.addr, LOOPBACK, Duration::from_secs(10))
         .await
         .expect("connection 2");
     assert!(
@@ -427,10 +495,11 @@ async fn connections_past_the_limit_are_closed_and_a_freed_place_is_reused() {
     );
     let refused = scrape_counter(&node, "flightcache_node_connections_refused_total").await;
     assert!(refused >= 1.0, "the refusal is counted: {refused}");
+    first.driver.abort();
     drop(first);
     // The node notices the close and frees the place.
     assert!(
-        h2_answers_within(&node.addr, Duration::from_secs(10))
+        h2_admitted_within(&node.addr, LOOPBACK, Duration::from_secs(10))
             .await
             .is_some(),
         "the freed place was not reused"
@@ -618,13 +687,24 @@ async fn a_small_answer_that_is_never_read_is_let_go_too() {
 
 #[tokio::test]
 async fn two_thousand_connections_cost_little_and_the_limit_holds() {
-    let node = NodeProcess::start_with(&["--max-connections", "1000"], None).await;
+    let node = NodeProcess::start_with(
+        &[
+            "--max-connections",
+            "1000",
+            "--max-connections-per-source",
+            "1000",
+        ],
+        None,
+    )
+    .await;
     let baseline = node.resident_bytes();
     let mut open = Vec::new();
     let mut refused = 0;
+    // Admitted calls: the connections stay open past the unauthenticated limit however
+    // long opening 2,000 takes.
     for _ in 0..2000 {
-        match h2_answers(&node.addr).await {
-            Some(client) => open.push(client),
+        match h2_admitted(&node.addr, LOOPBACK).await {
+            Some(connection) => open.push(connection),
             None => refused += 1,
         }
     }
@@ -644,6 +724,9 @@ async fn two_thousand_connections_cost_little_and_the_limit_holds() {
         scrape_counter(&node, "flightcache_node_connections_refused_total").await,
         1000.0
     );
+    for connection in &open {
+        connection.driver.abort();
+    }
     drop(open);
     // The places come back as the connections close.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -964,4 +1047,137 @@ async fn a_connection_that_leaves_pings_unanswered_is_closed() {
     let (response, _) = kept.send_request(request, true).unwrap();
     let answer = response.await.unwrap();
     assert_eq!(answer.headers()["grpc-status"], "16");
+}
+
+#[tokio::test]
+async fn a_connection_that_carries_no_authenticated_call_is_closed_after_its_limit() {
+    use tokio::io::AsyncReadExt as _;
+    let limit = cache_node::connection::UNAUTHENTICATED_CONNECTION_LIMIT;
+    let node = NodeProcess::start().await;
+    let started = Instant::now();
+    // Refused for want of a token, then idle: it answers pings, which used to keep it.
+    let tcp = tokio::net::TcpStream::connect(&node.addr).await.unwrap();
+    let (mut refused, connection) = h2::client::handshake(tcp).await.unwrap();
+    let refused_driver = tokio::spawn(connection);
+    assert_eq!(
+        h2_status(&mut refused, get_flight_info(&node.addr, false))
+            .await
+            .as_deref(),
+        Some("16")
+    );
+    // Connected and silent: not even the HTTP/2 preface.
+    let mut silent = tokio::net::TcpStream::connect(&node.addr).await.unwrap();
+    // Admitted once: kept.
+    let mut admitted = h2_admitted(&node.addr, LOOPBACK)
+        .await
+        .expect("an admitted connection");
+
+    // Within the limit the refused connection is still served (UNAUTHENTICATED again).
+    tokio::time::sleep(limit / 2).await;
+    assert_eq!(
+        h2_status(&mut refused, get_flight_info(&node.addr, false))
+            .await
+            .as_deref(),
+        Some("16"),
+        "closed before its limit"
+    );
+    let ended = tokio::time::timeout(limit * 2, refused_driver)
+        .await
+        .expect("the unauthenticated connection is closed");
+    let refused_after = started.elapsed();
+    // What it reads is the node's HTTP/2 SETTINGS, then the end of the stream.
+    let mut sent = Vec::new();
+    let silent_read = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut sent))
+        .await
+        .expect("the silent connection is closed too");
+    let silent_after = started.elapsed();
+    println!(
+        "limit {limit:?}: the refused connection closed after {refused_after:?} ({ended:?}), the silent one after {silent_after:?}"
+    );
+    println!(
+        "the silent connection read {} bytes, then {silent_read:?}",
+        sent.len()
+    );
+    // Budget: the limit, plus 3 s for a loaded 2-core machine to run the timer and the
+    // close (the figure is printed above).
+    assert!(refused_after >= limit && refused_after < limit + Duration::from_secs(3));
+    assert!(silent_after < limit + Duration::from_secs(3));
+
+    // The admitted connection is open and answers past the limit.
+    assert!(
+        !admitted.driver.is_finished(),
+        "the admitted connection was closed"
+    );
+    let status = h2_status(&mut admitted.client, get_flight_info(&node.addr, true)).await;
+    assert!(
+        status.is_some_and(|code| code != "16"),
+        "the admitted connection answers"
+    );
+    assert_eq!(
+        scrape_counter(
+            &node,
+            "flightcache_node_unauthenticated_connections_closed_total"
+        )
+        .await,
+        2.0
+    );
+    admitted.driver.abort();
+}
+
+#[tokio::test]
+async fn one_client_address_holds_at_most_its_share_of_the_connections() {
+    let node = NodeProcess::start_with(
+        &[
+            "--max-connections",
+            "8",
+            "--max-connections-per-source",
+            "3",
+        ],
+        None,
+    )
+    .await;
+    let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    // The start-up wait's TCP probe (from 127.0.0.1) held a place until the node noticed
+    // its close: each of the three is taken once free.
+    let mut mine = Vec::new();
+    for n in 1..=3 {
+        mine.push(
+            h2_admitted_within(&node.addr, LOOPBACK, Duration::from_secs(10))
+                .await
+                .unwrap_or_else(|| panic!("connection {n} from 127.0.0.1")),
+        );
+    }
+    assert!(
+        h2_admitted(&node.addr, LOOPBACK).await.is_none(),
+        "a fourth connection from 127.0.0.1 is closed on accept"
+    );
+    let theirs = h2_admitted(&node.addr, other)
+        .await
+        .expect("another address still gets a place");
+    assert_eq!(
+        scrape_counter(
+            &node,
+            "flightcache_node_connections_refused_per_source_total"
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        scrape_counter(&node, "flightcache_node_connections_refused_total").await,
+        0.0,
+        "refused for its address, not for the node's limit"
+    );
+    // A place given back by the address is its own again.
+    let first = mine.remove(0);
+    first.driver.abort();
+    drop(first);
+    assert!(
+        h2_admitted_within(&node.addr, LOOPBACK, Duration::from_secs(10))
+            .await
+            .is_some(),
+        "the freed place was not reused"
+    );
+    for connection in mine.iter().chain([&theirs]) {
+        connection.driver.abort();
+    }
 }

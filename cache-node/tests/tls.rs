@@ -1,7 +1,8 @@
 //! TLS on the Flight port: served with the certificate from the files, plaintext refused,
 //! peers verifying each other against the CA, and a rotated certificate (the files
 //! replaced, as the kubelet does with a Secret volume) served to new connections while
-//! calls on an open connection go on without a failure.
+//! calls on an open connection go on without a failure, and a TLS connection kept only
+//! once a call on it was admitted.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -487,6 +488,42 @@ fn client_auth_without_tls_is_refused_with_its_reason() {
     ])
     .unwrap_err();
     assert!(bad.to_string().contains("use none or required"), "{bad}");
+}
+
+#[tokio::test]
+async fn over_tls_a_connection_is_kept_once_a_call_on_it_is_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("limit CA");
+    let files = NodeFiles::write(dir.path(), &pki);
+    let node = start_tls_node(&files, &[]).await;
+    // Admitted (this node takes calls without a token) on one connection; another
+    // finishes its TLS handshake and carries no call.
+    let mut admitted = FlightClient::new(tls_channel(&node, &pki.ca_pem()).await.unwrap());
+    action(&mut admitted, "ping", b"").await.unwrap();
+    let _idle = tls_channel(&node, &pki.ca_pem()).await.unwrap();
+    let limit = cache_node::connection::UNAUTHENTICATED_CONNECTION_LIMIT;
+    tokio::time::sleep(limit + Duration::from_secs(2)).await;
+    // The idle one was closed at its limit; the admitted one still answers (found under
+    // the TLS connect info, not only the plain one).
+    assert_eq!(
+        counter(
+            &node,
+            "flightcache_node_unauthenticated_connections_closed_total"
+        )
+        .await,
+        1
+    );
+    action(&mut admitted, "ping", b"").await.unwrap();
+    assert_eq!(
+        counter(
+            &node,
+            "flightcache_node_unauthenticated_connections_closed_total"
+        )
+        .await,
+        1,
+        "the admitted connection was not the one closed"
+    );
+    node.shutdown().await.unwrap();
 }
 
 /// The value of counter `name` on the node's metrics endpoint.

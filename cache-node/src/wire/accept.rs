@@ -1,15 +1,20 @@
 //! Accepting connections: at most `max_connections` open at once, and accept errors
 //! that mean the process is out of file descriptors back off instead of spinning (with
 //! descriptors exhausted the accept loop used to retry at once and hold a core at 95–99%
-//! until connections closed). The Flight port's connections live as long as their
-//! clients keep them; the metrics port's end after a fixed lifetime, so a client that
-//! sends nothing holds its place for a bounded time. Must not import `flight/` or the
-//! store.
+//! until connections closed). One client address holds at most its share of the places
+//! (`with_per_source_limit`), so one source cannot take them all from the operator, the
+//! peers and the kubelet's probe. The Flight port's connections live as long as their
+//! clients keep them once they have carried an authenticated call (before that, for
+//! [`crate::connection::UNAUTHENTICATED_CONNECTION_LIMIT`]); the metrics port's end after a
+//! fixed lifetime, so a client that sends nothing holds its place for a bounded time.
+//! Must not import `flight/` or the store.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,7 +23,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
+
+use crate::connection::ConnectionInfo;
 
 /// How long accepting pauses after the process ran out of file descriptors (or socket
 /// buffers): connections that close meanwhile free some.
@@ -33,6 +40,13 @@ pub struct BoundedIncoming {
     refused: Counter,
     /// How long each connection may live; none: as long as its client keeps it.
     lifetime: Option<Duration>,
+    /// Places one client address may hold, and where refusals past it count.
+    per_source: Option<(usize, Counter)>,
+    /// Connections open per client address (only with `per_source`).
+    sources: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// How long a connection may stay open without an authenticated call, and where
+    /// the ones closed for it count.
+    unauthenticated: Option<(Duration, Counter)>,
 }
 
 impl BoundedIncoming {
@@ -52,7 +66,46 @@ impl BoundedIncoming {
             backoff: None,
             refused,
             lifetime: None,
+            per_source: None,
+            sources: Arc::default(),
+            unauthenticated: None,
         }
+    }
+
+    /// At most `limit` of these connections from one client address at once; further
+    /// ones from it are closed as they are accepted and counted in `refused`.
+    #[must_use]
+    pub fn with_per_source_limit(mut self, limit: usize, refused: Counter) -> Self {
+        self.per_source = Some((limit.max(1), refused));
+        self
+    }
+
+    /// These connections each ended `limit` after it was accepted unless a call on it
+    /// has been authenticated by then ([`ConnectionInfo::mark_authenticated`]); the ones
+    /// ended count in `closed`.
+    #[must_use]
+    pub fn closing_unauthenticated_after(mut self, limit: Duration, closed: Counter) -> Self {
+        self.unauthenticated = Some((limit, closed));
+        self
+    }
+
+    /// A place for one more connection from `ip`, if it has fewer than its share open
+    /// (always, without a per-source limit).
+    fn source_place(&self, ip: IpAddr) -> Option<Option<SourcePlace>> {
+        let Some((limit, refused)) = &self.per_source else {
+            return Some(None);
+        };
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = sources.entry(ip).or_insert(0);
+        if *open >= *limit {
+            refused.inc();
+            return None;
+        }
+        *open += 1;
+        Some(Some(SourcePlace {
+            sources: Arc::clone(&self.sources),
+            ip,
+        }))
     }
 
     /// These connections, each ended `lifetime` after it was accepted: reads then see
@@ -90,7 +143,7 @@ impl futures::Stream for BoundedIncoming {
             }
             match self.listener.poll_accept(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok((stream, _peer))) => {
+                Poll::Ready(Ok((stream, peer))) => {
                     let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
                         // Over the limit: closed at once (the client sees a reset and
                         // may retry), the open connections keep their streams.
@@ -98,14 +151,31 @@ impl futures::Stream for BoundedIncoming {
                         drop(stream);
                         continue;
                     };
+                    // Its address has its share open: closed the same way (counted by
+                    // `source_place`).
+                    let Some(source_place) = self.source_place(peer.ip().to_canonical()) else {
+                        drop(stream);
+                        continue;
+                    };
                     self.configure(&stream);
                     let ends = self
                         .lifetime
                         .map(|lifetime| Box::pin(tokio::time::sleep(lifetime)));
+                    let unauthenticated =
+                        self.unauthenticated
+                            .as_ref()
+                            .map(|(limit, closed)| UnauthenticatedLimit {
+                                ends: Box::pin(tokio::time::sleep(*limit)),
+                                closed: closed.clone(),
+                            });
                     return Poll::Ready(Some(Ok(BoundedConnection {
+                        info: ConnectionInfo::new(Some(peer)),
                         stream,
                         _permit: permit,
+                        _source_place: source_place,
                         ends,
+                        unauthenticated,
+                        ended: false,
                     })));
                 }
                 Poll::Ready(Err(err)) if out_of_resources(&err) => {
@@ -120,12 +190,42 @@ impl futures::Stream for BoundedIncoming {
     }
 }
 
-/// An accepted connection; it holds its place under the limit until it closes.
+/// One open connection of a client address, given back when the connection closes.
+struct SourcePlace {
+    sources: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl Drop for SourcePlace {
+    fn drop(&mut self) {
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = sources.get_mut(&self.ip) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                sources.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// When a connection that has carried no authenticated call ends.
+struct UnauthenticatedLimit {
+    ends: Pin<Box<Sleep>>,
+    closed: Counter,
+}
+
+/// An accepted connection; it holds its place under the limits until it closes.
 pub struct BoundedConnection {
+    info: ConnectionInfo,
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
+    _source_place: Option<SourcePlace>,
     /// When its lifetime ends, if it has one.
     ends: Option<Pin<Box<Sleep>>>,
+    /// Until a call on it is authenticated, when it ends.
+    unauthenticated: Option<UnauthenticatedLimit>,
+    /// It was ended for carrying no authenticated call: reads see the end of the stream.
+    ended: bool,
 }
 
 impl BoundedConnection {
@@ -166,10 +266,32 @@ impl axum::serve::Listener for BoundedIncoming {
 }
 
 impl Connected for BoundedConnection {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        self.info.clone()
+    }
+}
+
+impl BoundedConnection {
+    /// Whether the connection is over its unauthenticated limit now (counted once); once
+    /// a call on it is authenticated the limit is dropped.
+    fn unauthenticated_limit_reached(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(limit) = self.unauthenticated.as_mut() else {
+            return self.ended;
+        };
+        if self.info.is_authenticated() {
+            self.unauthenticated = None;
+            return false;
+        }
+        if limit.ends.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        limit.closed.inc();
+        tracing::debug!(client = ?self.info.remote_addr(), "connection closed: no authenticated call within its limit");
+        self.unauthenticated = None;
+        self.ended = true;
+        true
     }
 }
 
@@ -183,6 +305,11 @@ impl AsyncRead for BoundedConnection {
             && ends.as_mut().poll(cx).is_ready()
         {
             // Its lifetime is over: the end of the stream (nothing read).
+            return Poll::Ready(Ok(()));
+        }
+        if self.unauthenticated_limit_reached(cx) {
+            // No authenticated call in time: the end of the stream, and the server
+            // closes the connection.
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.stream).poll_read(cx, buf)

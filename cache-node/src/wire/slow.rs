@@ -15,7 +15,8 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::codegen::{BoxFuture, Service};
 use tonic::server::NamedService;
-use tonic::transport::server::TcpConnectInfo;
+
+use crate::connection::ConnectionInfo;
 
 /// An answer that begins later than this after its request arrived is logged.
 pub const SLOW_CALL: Duration = Duration::from_secs(1);
@@ -57,10 +58,8 @@ where
             arrived: Instant::now(),
             // A reference-counted clone: no copy of the path on every call.
             uri: request.uri().clone(),
-            client: request
-                .extensions()
-                .get::<TcpConnectInfo>()
-                .and_then(TcpConnectInfo::remote_addr),
+            // Plain or under TLS (the TLS connections' address used to be missed).
+            client: ConnectionInfo::of(request.extensions()).and_then(ConnectionInfo::remote_addr),
             status: None,
         };
         let answer = self.inner.call(request);
