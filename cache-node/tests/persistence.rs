@@ -437,6 +437,60 @@ fn node_path(dir: &Path, key: &str) -> std::path::PathBuf {
 }
 
 #[test]
+fn files_are_named_by_a_secret_of_the_volume_and_files_named_by_the_ring_hash_are_renamed() {
+    use cache_node::routing::ring::key_hash;
+    let dir = tempfile::tempdir().unwrap();
+    let wall = TestWall::new();
+    let node = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    for i in 0..8 {
+        node.put(&format!("k{i}"), &batch(100, i));
+    }
+    node.stop();
+    // The names are not the public ring hash: a client cannot aim a key at another's
+    // file by its hash.
+    let shards = DiskSettings::new(dir.path().to_path_buf()).shards;
+    let legacy_of = |key: &str| {
+        let hash = key_hash(&store_key(key));
+        dir.path()
+            .join(format!("{:02x}", hash % u64::from(shards)))
+            .join(format!("{hash:016x}"))
+    };
+    for i in 0..8 {
+        let keyed = node_path(dir.path(), &format!("k{i}"));
+        assert!(keyed.exists());
+        assert_ne!(keyed, legacy_of(&format!("k{i}")));
+    }
+    // A volume from before the keyed names: each file under its ring-hash name.
+    for i in 0..8 {
+        let key = format!("k{i}");
+        fs::rename(node_path(dir.path(), &key), legacy_of(&key)).unwrap();
+    }
+    let after = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    let report = reload(&after);
+    assert_eq!(report.loaded, 8, "{report:?}");
+    assert_eq!(report.corrupt, 0, "{report:?}");
+    after.flush();
+    for i in 0..8 {
+        let key = format!("k{i}");
+        assert_eq!(
+            after.store.get(&store_key(&key)).unwrap().batches()[0],
+            batch(100, i as i64)
+        );
+        assert!(
+            node_path(dir.path(), &key).exists(),
+            "{key} written under its keyed name"
+        );
+        assert!(!legacy_of(&key).exists(), "{key}'s old file removed");
+    }
+    after.stop();
+    // And the renamed volume reloads as it is.
+    let again = open(dir.path(), config(MINUTE * 60, TtlMode::Absolute), &wall);
+    let report = reload(&again);
+    assert_eq!((report.loaded, report.corrupt), (8, 0), "{report:?}");
+    assert_eq!(entry_files(dir.path()).len(), 8);
+}
+
+#[test]
 fn a_smaller_budget_reloads_the_most_recently_used_entries_first() {
     let dir = tempfile::tempdir().unwrap();
     let wall = TestWall::new();

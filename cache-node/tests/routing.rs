@@ -1140,6 +1140,58 @@ async fn a_pool_listing_answers_at_most_the_cap_the_pools_first_keys_first() {
 }
 
 #[tokio::test]
+async fn a_pool_listing_of_long_keys_answers_at_most_its_byte_bound_the_first_keys_first() {
+    use futures::TryStreamExt;
+    use prost::Message as _;
+    let cluster = Cluster::start(3).await;
+    let bound = cache_node::flight::MAX_LISTED_BYTES;
+    let batch = sample_batch(1, 0);
+    // 300 keys of 60 KB over the three nodes: each FlightInfo carries its key twice
+    // (descriptor and ticket), ~120 KB, so the 300 would answer ~36 MB; the bound keeps
+    // the first ~135 by key, and every node held and merged at most that much.
+    let long = "x".repeat(60_000);
+    let keys: Vec<String> = (0..300).map(|i| format!("long/{i:04}/{long}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let key = cache_node::key::CacheKey::Path(key.clone());
+        cluster
+            .node(i % 3)
+            .store
+            .begin_put(key.to_store_bytes())
+            .commit(batch.schema(), vec![batch.clone()], None)
+            .unwrap();
+    }
+    let mut client = cluster.client(0).await;
+    let infos: Vec<arrow_flight::FlightInfo> = client
+        .list_flights(bytes::Bytes::new())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let answered: usize = infos.iter().map(|info| info.encoded_len()).sum();
+    let largest = infos.iter().map(|info| info.encoded_len()).max().unwrap();
+    let listed: Vec<String> = infos
+        .iter()
+        .map(|info| info.flight_descriptor.clone().unwrap().path.join("/"))
+        .collect();
+    println!(
+        "{} of 300 long keys listed, {answered} bytes (bound {bound}, largest info {largest})",
+        listed.len()
+    );
+    assert!(answered <= bound, "{answered} bytes");
+    assert!(
+        answered + largest > bound,
+        "cut only where the next info would pass the bound"
+    );
+    assert_eq!(
+        listed,
+        keys[..listed.len()],
+        "the first keys of the pool, in key order"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_exit_handoff_by_an_outdated_ring_is_refused_and_the_peers_store_nothing() {
     let cluster = Cluster::start(3).await;
     let ring = cluster.ring(&[]);

@@ -2,7 +2,11 @@
 //! `invalidate-tag` and `clear` on every other member.
 //!
 //! ListFlights merges this node's entries with those of every non-draining member (asked
-//! with the forwarded header so they answer locally), once per key and sorted by key.
+//! with the forwarded header so they answer locally), once per key and sorted by key,
+//! within [`MAX_LISTED_FLIGHTS`] and [`MAX_LISTED_BYTES`]: at most
+//! [`LISTING_CALLS_AT_ONCE`] members' answers are held at a time, each cut to the same
+//! bounds, and the merge is cut to them after each, so a listing of a large pool holds
+//! (1 + that many) answers' worth at most, not one per member.
 //! `invalidate-prefix`, `invalidate-tag` and `clear` add up the `removed` counts of every
 //! other member.
 //! Neither fans out a request that was itself forwarded.
@@ -15,6 +19,8 @@ use std::collections::BTreeMap;
 use arrow_flight::{Action, Criteria, FlightInfo};
 use bytes::Bytes;
 use crds::admin;
+use futures::StreamExt as _;
+use prost::Message as _;
 use tonic::metadata::MetadataMap;
 
 use super::{Cluster, forward};
@@ -27,6 +33,30 @@ use crate::routing::ring::MemberState;
 /// listing of a whole large pool would be built in memory on every node it touches;
 /// a prefix in the criteria narrows it.
 pub const MAX_LISTED_FLIGHTS: usize = 10_000;
+
+/// Most bytes of FlightInfos (as encoded) one ListFlights answers, the first by key:
+/// 10,000 infos of large schemas or long keys would otherwise make an answer of
+/// gigabytes (a key may be 1 MiB, and it is in both the descriptor and the ticket).
+pub const MAX_LISTED_BYTES: usize = 16 << 20;
+
+/// Members asked at once for their listing: their answers are held until merged.
+pub const LISTING_CALLS_AT_ONCE: usize = 4;
+
+/// Cuts `merged` (sorted by key) to the listing bounds: what is cut is past the bounds
+/// for good, since later answers can only add keys before it.
+fn cut_to_listing_bounds(merged: &mut BTreeMap<Bytes, (FlightInfo, bool)>) {
+    let mut bytes = 0usize;
+    let cut = merged
+        .iter()
+        .enumerate()
+        .find_map(|(index, (key, (info, _)))| {
+            bytes = bytes.saturating_add(info.encoded_len());
+            (index >= MAX_LISTED_FLIGHTS || bytes > MAX_LISTED_BYTES).then(|| key.clone())
+        });
+    if let Some(cut) = cut {
+        merged.split_off(&cut);
+    }
+}
 
 impl Cluster {
     /// ListFlights over the pool: with a topology (and unless the request is itself a
@@ -58,24 +88,24 @@ impl Cluster {
                 .is_some_and(|member| member.state() != MemberState::Draining)
         };
         let sender = self.sender();
-        let calls = membership
+        // Collected first: a stream over the borrowing iterator would not be `Send`.
+        let peers: Vec<_> = membership
             .topology()
             .members
             .iter()
             .filter(|member| Some(member.id.as_str()) != self_id && listing(&member.id))
             .filter_map(|member| membership.peer(&member.id))
-            .map(|peer| {
-                let (sender, criteria) = (&sender, criteria.clone());
-                async move {
-                    let infos =
-                        forward::list_flights(&self.peers, &peer, sender, criteria, metadata)
-                            .await?;
-                    Ok::<_, Error>((peer.id, infos))
-                }
-            });
-        let remote = futures::future::try_join_all(calls).await?;
-        let mut merged: BTreeMap<Bytes, (FlightInfo, bool)> = BTreeMap::new();
-        let mut add = |store_key: Bytes, info: FlightInfo, from: Option<&str>| {
+            .collect();
+        let calls = peers.into_iter().map(|peer| {
+            let (sender, criteria) = (&sender, criteria.clone());
+            async move {
+                let infos =
+                    forward::list_flights(&self.peers, &peer, sender, criteria, metadata).await?;
+                Ok::<_, Error>((peer.id, infos))
+            }
+        });
+        type Merged = BTreeMap<Bytes, (FlightInfo, bool)>;
+        let add = |merged: &mut Merged, store_key: Bytes, info: FlightInfo, from: Option<&str>| {
             let from_owner = membership.ring().owner(&store_key).map(String::as_str) == from;
             match merged.get(&store_key) {
                 Some((_, true)) => {}
@@ -85,26 +115,28 @@ impl Cluster {
                 }
             }
         };
+        let mut merged = Merged::new();
         // A draining node's entries are not served any more (reads go to the owners).
         if self_id.is_none_or(listing) {
             for (store_key, info) in list_local()? {
-                add(store_key, info, self_id);
+                add(&mut merged, store_key, info, self_id);
             }
         }
-        for (member, infos) in remote {
+        // Each answer merged as it comes and let go; the first failure ends the call.
+        let mut answers = futures::stream::iter(calls).buffer_unordered(LISTING_CALLS_AT_ONCE);
+        while let Some(answer) = answers.next().await {
+            let (member, infos) = answer?;
             for info in infos {
                 let Some(descriptor) = info.flight_descriptor.as_ref() else {
                     continue;
                 };
                 let store_key = CacheKey::from_descriptor(descriptor)?.to_store_bytes();
-                add(store_key, info, Some(&member));
+                add(&mut merged, store_key, info, Some(&member));
             }
+            cut_to_listing_bounds(&mut merged);
         }
-        Ok(merged
-            .into_values()
-            .take(MAX_LISTED_FLIGHTS)
-            .map(|(info, _)| info)
-            .collect())
+        cut_to_listing_bounds(&mut merged);
+        Ok(merged.into_values().map(|(info, _)| info).collect())
     }
 
     /// Runs `invalidate-prefix`, `invalidate-tag` or `clear` (`action`) on every other

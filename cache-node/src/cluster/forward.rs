@@ -725,8 +725,17 @@ pub async fn list_flights(
             .list_flights(outgoing(peers, criteria, incoming, sender))
             .await?
             .into_inner();
+        // A member lists within the bounds already; one that sends more is not read past
+        // them (its list is sorted by key, so what follows could not be merged in).
         let mut all = Vec::new();
-        while let Some(info) = infos.message().await? {
+        let mut bytes = 0usize;
+        while all.len() < super::fan_out::MAX_LISTED_FLIGHTS
+            && let Some(info) = infos.message().await?
+        {
+            bytes = bytes.saturating_add(prost::Message::encoded_len(&info));
+            if bytes > super::fan_out::MAX_LISTED_BYTES {
+                break;
+            }
             all.push(info);
         }
         Ok(all)

@@ -13,7 +13,7 @@
 //! `scripts/check-layers`) nor check credentials (`crate::auth` does, in front).
 
 pub mod actions;
-pub use crate::cluster::fan_out::MAX_LISTED_FLIGHTS;
+pub use crate::cluster::fan_out::{MAX_LISTED_BYTES, MAX_LISTED_FLIGHTS};
 pub use crate::streams::FlightStream;
 pub mod put;
 
@@ -221,12 +221,18 @@ impl FlightCacheService {
     }
 
     /// This node's live entries under `prefix` as FlightInfos under their store keys,
-    /// sorted by key.
+    /// sorted by key, the first within the listing bounds (count and bytes).
     fn list_local(&self, prefix: &[u8]) -> Result<Vec<(Bytes, FlightInfo)>, Error> {
         let mut infos = Vec::new();
+        let mut bytes = 0usize;
         for (store_key, entry) in self.store.list(prefix, MAX_LISTED_FLIGHTS) {
             let key = CacheKey::try_from_store_bytes(&store_key)?;
-            infos.push((store_key, self.flight_info(&key, &entry)?));
+            let info = self.flight_info(&key, &entry)?;
+            bytes = bytes.saturating_add(prost::Message::encoded_len(&info));
+            if bytes > MAX_LISTED_BYTES {
+                break;
+            }
+            infos.push((store_key, info));
         }
         Ok(infos)
     }

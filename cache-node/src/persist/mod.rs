@@ -14,9 +14,14 @@
 //!   per batch. A hit never waits for the disk. The queue holds at most
 //!   [`MAX_QUEUED_OPS`] keys; past it an operation is dropped and the writer later
 //!   reconciles every shard against the store, so a stale file is never left behind.
-//! * **Files.** `<root>/<shard>/<hash>`: `hash` is the key's stable 64-bit ring hash
-//!   in hex, `shard` its remainder by the shard count (16 by default, from the first
-//!   entry). Format in [`format`].
+//! * **Files.** `<root>/<shard>/<name>`: `name` is the first 128 bits of the key's
+//!   HMAC-SHA256 under the volume's own secret (`<root>/name-key`, 32 random bytes made
+//!   when the volume is first used, readable by the node alone) in hex, `shard` its first
+//!   32 bits' remainder by the shard count (16 by default). Keyed, so no client can craft
+//!   a key whose file replaces another key's (the ring hash, which named the files
+//!   before, is public and 64 bits); the key inside each file is checked against its
+//!   name at reload and sweep. Files named by the ring hash (before) are read once at
+//!   reload and written again under their new names. Format in [`format`].
 //! * **The access clock is the file's mtime.** A write sets it to the entry's last
 //!   access; a hit sets it again at most once per `read_debounce`. Reload order
 //!   (newest access first) and sliding-TTL expiry across restarts read it; nothing
@@ -55,6 +60,9 @@ use crate::key::CacheKey;
 use crate::metrics::{DiskMetrics, ReloadLabels};
 use crate::routing::ring::key_hash;
 use crate::store::{Entry, Journal, JournalSettings, Lifetime, Store, TtlMode};
+
+mod names;
+use names::FileNames;
 
 /// Most keys with a pending disk operation. One per key, so this is reached only when
 /// the disk falls far behind; see the module docs.
@@ -138,6 +146,8 @@ struct Queue {
 
 struct Shared {
     settings: DiskSettings,
+    /// Where each key's file lives.
+    names: FileNames,
     store: Store,
     queue: Mutex<Queue>,
     work: Condvar,
@@ -197,14 +207,6 @@ fn shard_name(shard: u32) -> String {
     format!("{shard:02x}")
 }
 
-fn file_name(hash: u64) -> String {
-    format!("{hash:016x}")
-}
-
-fn is_entry_name(name: &str) -> bool {
-    name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 impl DiskTier {
     /// Opens (creating) the tier's directories, becomes `store`'s journal and starts
     /// the writer thread. Call [`reload`](Self::reload) next.
@@ -221,9 +223,11 @@ impl DiskTier {
         for shard in 0..settings.shards {
             fs::create_dir_all(settings.root.join(shard_name(shard)))?;
         }
+        let names = FileNames::open(&settings.root, settings.shards)?;
         let read_debounce = settings.read_debounce;
         let shared = Arc::new(Shared {
             settings,
+            names,
             store: store.clone(),
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
@@ -250,7 +254,7 @@ impl DiskTier {
 
     /// Where `key`'s file lives.
     pub fn path_of(&self, key: &[u8]) -> PathBuf {
-        self.shared.path_of(key_hash(key))
+        self.shared.path_of(key)
     }
 
     /// Loads the entries on the volume into the store, newest access first, up to the
@@ -329,12 +333,19 @@ impl Journal for Shared {
 }
 
 impl Shared {
-    fn path_of(&self, hash: u64) -> PathBuf {
+    fn path_of(&self, key: &[u8]) -> PathBuf {
+        let (shard, name) = self.names.of(key);
+        self.settings.root.join(shard_name(shard)).join(name)
+    }
+
+    /// Where the ring hash used to put `key`'s file (read once at reload, then renamed).
+    fn legacy_path_of(&self, key: &[u8]) -> PathBuf {
+        let hash = key_hash(key);
         let shard = u32::try_from(hash % u64::from(self.settings.shards)).unwrap_or(0);
         self.settings
             .root
             .join(shard_name(shard))
-            .join(file_name(hash))
+            .join(format!("{hash:016x}"))
     }
 
     fn enqueue(&self, key: &Bytes, op: Op) {
@@ -385,8 +396,7 @@ impl Shared {
             };
             let mut changed_shards = HashSet::new();
             for (key, op) in ops {
-                let hash = key_hash(&key);
-                let path = self.path_of(hash);
+                let path = self.path_of(&key);
                 if let Some(dir) = path.parent() {
                     changed_shards.insert(dir.to_path_buf());
                 }
@@ -519,18 +529,22 @@ impl Shared {
         for item in listing.flatten() {
             let path = item.path();
             let name = item.file_name().to_string_lossy().into_owned();
-            let keep = is_entry_name(&name) && self.is_current(&path);
+            let keep = names::is_entry_name(&name) && self.is_current(&path);
             if !keep && fs::remove_file(&path).is_ok() {
                 self.metrics.swept.inc();
             }
         }
     }
 
-    /// Whether the file at `path` holds the entry the store holds under its key.
+    /// Whether the file at `path` holds the entry the store holds under its key, and
+    /// is where that key's file belongs.
     fn is_current(&self, path: &Path) -> bool {
         let Ok(head) = read_head(path) else {
             return false;
         };
+        if self.path_of(&head.key) != path {
+            return false;
+        }
         let Some(entry) = self.store.peek(&head.key) else {
             return false;
         };
@@ -554,7 +568,10 @@ impl Shared {
                 let name = item.file_name().to_string_lossy().into_owned();
                 let metadata = item.metadata();
                 match metadata {
-                    Ok(metadata) if metadata.is_file() && is_entry_name(&name) => {
+                    Ok(metadata)
+                        if metadata.is_file()
+                            && (names::is_entry_name(&name) || names::is_legacy_name(&name)) =>
+                    {
                         files.push(Listed {
                             modified: metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                             len: metadata.len(),
@@ -587,7 +604,7 @@ impl Shared {
         for listed in files {
             let outcome = self.reload_one(&listed, &config);
             let label = match &outcome {
-                Reloaded::Loaded(key) => {
+                Reloaded::Loaded { key, .. } => {
                     report.loaded += 1;
                     report.loaded_bytes += listed.len;
                     self.metrics.reload_bytes.inc_by(listed.len);
@@ -618,7 +635,11 @@ impl Shared {
                 .inc();
             let unchanged = fs::metadata(&listed.path)
                 .is_ok_and(|now| std::os::unix::fs::MetadataExt::ino(&now) == listed.inode);
-            if !matches!(outcome, Reloaded::Loaded(_) | Reloaded::Superseded) && unchanged {
+            let kept = matches!(
+                outcome,
+                Reloaded::Loaded { legacy: false, .. } | Reloaded::Superseded
+            );
+            if !kept && unchanged {
                 let _ = fs::remove_file(&listed.path);
             }
         }
@@ -659,7 +680,10 @@ impl Shared {
             Err(err) => return Reloaded::Corrupt(err.to_string()),
         };
         let head = decoded.head;
-        if self.path_of(key_hash(&head.key)) != listed.path {
+        // A file named by the ring hash (before the keyed names): loaded, and written
+        // again under its keyed name (not `journaled`), its old file removed.
+        let legacy = self.path_of(&head.key) != listed.path;
+        if legacy && self.legacy_path_of(&head.key) != listed.path {
             return Reloaded::Corrupt("the file's name does not match its key".into());
         }
         let key = match CacheKey::try_from_store_bytes(&head.key) {
@@ -686,7 +710,7 @@ impl Shared {
             idle: since(listed.modified.max(head.created)),
             remaining: None,
             if_absent: true,
-            journaled: true,
+            journaled: !legacy,
             tags,
         };
         let mut assembly = Assembly::new(
@@ -708,9 +732,15 @@ impl Shared {
             Ok((outcome, _, _)) if outcome.evicted > 0 => {
                 // The budget is reached (the entry weighs more than its file): stop here.
                 self.budget_reached.store(true, Ordering::Release);
-                Reloaded::Loaded(head.key)
+                Reloaded::Loaded {
+                    key: head.key,
+                    legacy,
+                }
             }
-            Ok(_) => Reloaded::Loaded(head.key),
+            Ok(_) => Reloaded::Loaded {
+                key: head.key,
+                legacy,
+            },
             Err(crate::error::Error::OverBudget { .. }) => Reloaded::OverBudget,
             Err(err) => Reloaded::Corrupt(err.to_string()),
         }
@@ -719,7 +749,12 @@ impl Shared {
 
 /// What became of one file on reload.
 enum Reloaded {
-    Loaded(Bytes),
+    /// In the store; `legacy`: from a file named by the ring hash, queued to be written
+    /// under its keyed name.
+    Loaded {
+        key: Bytes,
+        legacy: bool,
+    },
     Superseded,
     Expired,
     OverBudget,
