@@ -99,8 +99,15 @@ impl Cluster {
         let calls = peers.into_iter().map(|peer| {
             let (sender, criteria) = (&sender, criteria.clone());
             async move {
-                let infos =
-                    forward::list_flights(&self.peers, &peer, sender, criteria, metadata).await?;
+                let infos = forward::list_flights(
+                    &self.peers,
+                    &peer,
+                    sender,
+                    criteria,
+                    metadata,
+                    (MAX_LISTED_FLIGHTS, MAX_LISTED_BYTES),
+                )
+                .await?;
                 Ok::<_, Error>((peer.id, infos))
             }
         });

@@ -708,7 +708,8 @@ pub async fn send_batch(
 }
 
 /// Asks `peer` for its own entries matching `criteria` (marked forwarded, so it lists
-/// locally and does not fan out again).
+/// locally and does not fan out again), reading at most `max_infos` of them and
+/// `max_bytes` of their encodings.
 ///
 /// # Errors
 /// [`Error::OwnerUnreachable`] or the peer's status.
@@ -718,6 +719,7 @@ pub async fn list_flights(
     sender: &Sender,
     criteria: Criteria,
     incoming: &MetadataMap,
+    (max_infos, max_bytes): (usize, usize),
 ) -> Result<Vec<FlightInfo>> {
     let mut client = peers.client(peer, "ListFlights")?;
     with_deadline(peers, peer, sender.deadline(), async {
@@ -729,11 +731,11 @@ pub async fn list_flights(
         // them (its list is sorted by key, so what follows could not be merged in).
         let mut all = Vec::new();
         let mut bytes = 0usize;
-        while all.len() < super::fan_out::MAX_LISTED_FLIGHTS
+        while all.len() < max_infos
             && let Some(info) = infos.message().await?
         {
             bytes = bytes.saturating_add(prost::Message::encoded_len(&info));
-            if bytes > super::fan_out::MAX_LISTED_BYTES {
+            if bytes > max_bytes {
                 break;
             }
             all.push(info);
