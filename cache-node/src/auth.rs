@@ -21,7 +21,7 @@
 //! `wire/` or the store. Pure apart from reading request headers.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use base64::Engine as _;
@@ -169,11 +169,19 @@ impl Caller {
 }
 
 /// The configured credentials and the rights that follow from them.
+///
+/// The admin and peer tokens are fixed for the node's life (the operator generates them
+/// once). The clients' tokens are replaced when their file changes
+/// ([`Auth::replace_client_tokens`]): a token taken out of the file is refused from the
+/// next call on, on open connections too, since every call is checked.
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
     credentials: Arc<Credentials>,
-    /// The credentials' digests, computed once: a presented token is compared with them.
+    /// The admin and peer tokens' digests, computed once: a presented token is compared
+    /// with them.
     known: Arc<KnownDigests>,
+    /// The clients' tokens' digests, as last read; empty: clients need no token.
+    clients: Arc<RwLock<Vec<TokenDigest>>>,
 }
 
 /// A token's SHA-256. Tokens are compared by digest, each byte of the two digests
@@ -187,12 +195,11 @@ fn token_digest(token: &[u8]) -> TokenDigest {
     out
 }
 
-/// The digests of the configured tokens, by the caller they identify.
+/// The digests of the admin and peer tokens.
 #[derive(Debug, Default)]
 struct KnownDigests {
     admin: Option<TokenDigest>,
     peer: Option<TokenDigest>,
-    client: Vec<TokenDigest>,
 }
 
 impl KnownDigests {
@@ -201,9 +208,27 @@ impl KnownDigests {
         Self {
             admin: credentials.admin.as_ref().map(digest),
             peer: credentials.peer.as_ref().map(digest),
-            client: credentials.client.iter().map(digest).collect(),
         }
     }
+}
+
+fn client_digests(tokens: &[String]) -> Vec<TokenDigest> {
+    tokens
+        .iter()
+        .map(|token| token_digest(token.as_bytes()))
+        .collect()
+}
+
+/// Why a new set of client tokens was not put in use (the previous one stays).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRotationError {
+    /// No token: clients would need none, which only starting without a token file
+    /// may decide.
+    #[error("the client token file holds no token; the previous tokens stay in use")]
+    Empty,
+    /// A client token equal to the admin's or the peers' would give clients their rights.
+    #[error("a client token equals the admin or peer token; the previous tokens stay in use")]
+    SharedWithInternal,
 }
 
 impl Auth {
@@ -211,8 +236,35 @@ impl Auth {
     pub fn new(credentials: Credentials) -> Self {
         Self {
             known: Arc::new(KnownDigests::of(&credentials)),
+            clients: Arc::new(RwLock::new(client_digests(&credentials.client))),
             credentials: Arc::new(credentials),
         }
+    }
+
+    /// Replaces the clients' tokens with `tokens` (a rotation: the file now lists the new
+    /// token beside the old one, or the new one alone). Returns whether they changed.
+    ///
+    /// # Errors
+    /// [`TokenRotationError`] when `tokens` would open the node to every client or give
+    /// clients the admin's or peers' rights; the previous tokens stay in use.
+    pub fn replace_client_tokens(&self, tokens: &[String]) -> Result<bool, TokenRotationError> {
+        if tokens.is_empty() {
+            return Err(TokenRotationError::Empty);
+        }
+        let internal = [&self.credentials.admin, &self.credentials.peer];
+        if tokens
+            .iter()
+            .any(|token| internal.iter().any(|known| known.as_ref() == Some(token)))
+        {
+            return Err(TokenRotationError::SharedWithInternal);
+        }
+        let fresh = client_digests(tokens);
+        let mut clients = self.clients.write().unwrap_or_else(PoisonError::into_inner);
+        if *clients == fresh {
+            return Ok(false);
+        }
+        *clients = fresh;
+        Ok(true)
     }
 
     /// Auth with one client token, or none (no admin or peer token).
@@ -225,7 +277,11 @@ impl Auth {
 
     /// Whether clients need a token.
     pub fn clients_need_a_token(&self) -> bool {
-        !self.credentials.client.is_empty()
+        !self
+            .clients
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     /// The `authorization` value this node presents to its peers (the peer token), if
@@ -245,8 +301,9 @@ impl Auth {
         let admin = self.known.admin.as_ref().is_some_and(matches);
         let peer = self.known.peer.as_ref().is_some_and(matches);
         let client = self
-            .known
-            .client
+            .clients
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .fold(false, |found, known| matches(known) | found);
         if admin {
@@ -481,6 +538,42 @@ mod tests {
         // Compared by digest: one configured token's digest is every other's length.
         assert_eq!(token_digest(b"a").len(), token_digest(&[7u8; 4096]).len());
         assert_ne!(token_digest(b"admin-token"), token_digest(b"admin-toke"));
+    }
+
+    #[test]
+    fn rotated_client_tokens_replace_the_old_ones_from_the_next_call() {
+        let auth = three_credentials();
+        let caller = |token: &str| auth.identify(&with_header(&format!("Bearer {token}")));
+        // The file lists the next token beside the current one, then the next alone.
+        assert!(
+            auth.replace_client_tokens(&["client-new".into(), "client-next".into()])
+                .unwrap()
+        );
+        assert_eq!(caller("client-next").unwrap(), Caller::Client);
+        assert!(caller("client-old").is_err());
+        assert!(
+            !auth
+                .replace_client_tokens(&["client-new".into(), "client-next".into()])
+                .unwrap()
+        );
+        assert!(auth.replace_client_tokens(&["client-next".into()]).unwrap());
+        let refused = caller("client-new").unwrap_err();
+        assert_eq!(Status::from(refused).code(), tonic::Code::Unauthenticated);
+        // A clone (each layer and service holds one) sees the rotation too.
+        let clone = auth.clone();
+        assert!(clone.identify(&with_header("Bearer client-new")).is_err());
+        // Neither an empty file nor an internal token is put in use.
+        assert_eq!(
+            auth.replace_client_tokens(&[]),
+            Err(TokenRotationError::Empty)
+        );
+        assert_eq!(
+            auth.replace_client_tokens(&["admin-token".into()]),
+            Err(TokenRotationError::SharedWithInternal)
+        );
+        assert_eq!(caller("client-next").unwrap(), Caller::Client);
+        assert_eq!(caller("admin-token").unwrap(), Caller::Admin);
+        assert!(auth.clients_need_a_token());
     }
 
     #[test]

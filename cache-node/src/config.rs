@@ -254,6 +254,9 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// The client, admin and peer tokens.
     pub credentials: Credentials,
+    /// The clients' token file, re-read as it changes (a rotation), if clients need a
+    /// token.
+    pub client_token_file: Option<PathBuf>,
     /// TLS material, if the Flight port serves TLS.
     pub tls: Option<TlsFiles>,
     /// Grace period for in-flight streams at shutdown.
@@ -572,8 +575,10 @@ impl Config {
         let path = |flag: Option<PathBuf>, field: &Option<String>| {
             flag.or(field.as_ref().map(PathBuf::from))
         };
-        let client_tokens = path(auth_token_file, &file.auth_token_file)
-            .map(|path| read_tokens(&path, true))
+        let client_token_file = path(auth_token_file, &file.auth_token_file);
+        let client_tokens = client_token_file
+            .as_deref()
+            .map(|path| read_tokens(path, true))
             .transpose()?
             .unwrap_or_default();
         let single = |path: Option<PathBuf>| -> Result<Option<String>, ConfigError> {
@@ -641,6 +646,7 @@ impl Config {
             generation: file.generation.unwrap_or(0),
             config_file: config,
             credentials,
+            client_token_file,
             tls,
             shutdown_grace: shutdown_grace
                 .or(file.shutdown_grace_duration().map_err(file_err)?)
@@ -837,7 +843,11 @@ fn positive_duration(
 
 /// Reads a token file: one token per line (blank lines ignored), several only where
 /// `several` (the clients', so a token can be rotated).
-fn read_tokens(path: &std::path::Path, several: bool) -> Result<Vec<String>, ConfigError> {
+///
+/// # Errors
+/// [`ConfigError::AuthToken`] for a file that cannot be read, holds no token, too many,
+/// or a token that is not printable ASCII.
+pub fn read_tokens(path: &std::path::Path, several: bool) -> Result<Vec<String>, ConfigError> {
     let failed = |reason: &str| ConfigError::AuthToken {
         path: path.to_owned(),
         reason: reason.to_owned(),

@@ -218,6 +218,10 @@ pub struct Metrics {
     pub tls_reloads: Counter,
     /// Certificate or CA files that changed but could not be used.
     pub tls_reload_failures: Counter,
+    /// Client token files re-read and put in use (a rotation).
+    pub token_reloads: Counter,
+    /// Client token files that changed but could not be used.
+    pub token_reload_failures: Counter,
     /// Entries handed to their owners by `rebalance` and removed here.
     pub migrated_out_entries: Counter,
     /// Bytes (entry weights) handed out by `rebalance`.
@@ -406,6 +410,18 @@ impl Metrics {
             "Changed TLS files that could not be used (the previous certificate stays in use)",
             tls_reload_failures.clone(),
         );
+        let token_reloads = Counter::default();
+        registry.register(
+            "token_reloads",
+            "Rotated client token files read and put in use",
+            token_reloads.clone(),
+        );
+        let token_reload_failures = Counter::default();
+        registry.register(
+            "token_reload_failures",
+            "Changed client token files that could not be used (the previous tokens stay in use)",
+            token_reload_failures.clone(),
+        );
         let migrated_out_entries = Counter::default();
         registry.register(
             "migrated_out_entries",
@@ -468,6 +484,8 @@ impl Metrics {
             tls_handshake_failures,
             tls_reloads,
             tls_reload_failures,
+            token_reloads,
+            token_reload_failures,
             migrated_out_entries,
             migrated_out_bytes,
             migrated_in_entries,

@@ -53,6 +53,11 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// How often the config file is checked for changes.
 const CONFIG_POLL: Duration = Duration::from_secs(2);
 
+/// How often the clients' token file is re-read. The kubelet replaces a Secret volume's
+/// files on its sync (about a minute by default); a rotation is in use within this much
+/// of it, on open connections too.
+pub const TOKEN_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Failure to start or run the node.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -247,6 +252,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let core = Core::assemble(&config, clock)?;
     let disk = open_disk(config.persistence.as_ref(), &core)?;
     let auth = auth_from(config.credentials);
+    let rotated_tokens = config.client_token_file.map(|path| (path, auth.clone()));
     let tls = config.tls.map(ServedTls::load).transpose()?;
     let peers = peers_for(&core.metrics, &auth, tls.as_ref(), max_entry_bytes);
     let service = FlightCacheService::new(
@@ -303,6 +309,13 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     background.push(tokio::spawn(kept));
     if let Some(tls) = tls {
         background.push(watch_tls(tls, &peers, &core.metrics));
+    }
+    if let Some((path, auth)) = rotated_tokens {
+        background.push(tokio::spawn(watch_client_tokens(
+            path,
+            auth,
+            Arc::clone(&core.metrics),
+        )));
     }
     if let Some(path) = config.config_file {
         background.push(watch_config(path, &core).await);
@@ -635,6 +648,47 @@ fn watch_tls(tls: ServedTls, peers: &Peers, metrics: &Metrics) -> JoinHandle<()>
         seen,
         ca,
     ))
+}
+
+/// Re-reads the clients' token file every [`TOKEN_RELOAD_INTERVAL`] and puts a changed
+/// set of tokens in use: the second token of a rotation is accepted once it is in the
+/// file, the first refused once it is gone. A file that cannot be used keeps the previous
+/// tokens and is counted.
+async fn watch_client_tokens(path: PathBuf, auth: Auth, metrics: Arc<Metrics>) {
+    let mut seen = tokio::fs::read(&path).await.ok();
+    let mut tick = tokio::time::interval(TOKEN_RELOAD_INTERVAL);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Ok(bytes) = tokio::fs::read(&path).await else {
+            // Between the kubelet's swap of the volume's files: read again next time.
+            metrics.token_reload_failures.inc();
+            continue;
+        };
+        if seen.as_deref() == Some(bytes.as_slice()) {
+            continue;
+        }
+        let applied = crate::config::read_tokens(&path, true)
+            .map_err(|err| err.to_string())
+            .and_then(|tokens| {
+                auth.replace_client_tokens(&tokens)
+                    .map(|changed| (changed, tokens.len()))
+                    .map_err(|err| err.to_string())
+            });
+        match applied {
+            Ok((changed, count)) => {
+                seen = Some(bytes);
+                if changed {
+                    metrics.token_reloads.inc();
+                    tracing::info!(tokens = count, file = %path.display(), "client tokens rotated");
+                }
+            }
+            Err(err) => {
+                metrics.token_reload_failures.inc();
+                tracing::warn!(error = %err, "the client token file changed but cannot be used; the previous tokens stay in use");
+            }
+        }
+    }
 }
 
 /// Applies changes of the config file as they come.

@@ -317,3 +317,93 @@ async fn a_coalescing_read_needs_a_token_like_any_read() {
     assert_eq!(err.metadata().get("flightcache-lease").unwrap(), "granted");
     cluster.shutdown().await;
 }
+
+/// Writes `text` to `path` the way the kubelet updates a Secret volume: a new file
+/// swapped in whole.
+fn replace_file(path: &std::path::Path, text: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+/// Polls `call` until it gives `want` (an authenticated call's outcome), at most twice the
+/// reload interval; returns how long it took.
+async fn outcome_within<F, Fut>(want: bool, mut call: F) -> std::time::Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    let limit = 2 * cache_node::server::TOKEN_RELOAD_INTERVAL;
+    loop {
+        if call().await == want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the rotation was not in use within {limit:?} (want accepted = {want})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_client_token_file_takes_effect_on_open_connections_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "token-old\n").unwrap();
+    let node = start_node(&["--auth-token-file", file.to_str().unwrap()]).await;
+    // Two connections opened before the rotation, kept open through it.
+    let channel = channel(&node).await;
+    let accepted = |token: &'static str| {
+        let channel = channel.clone();
+        move || {
+            let channel = channel.clone();
+            async move {
+                let mut client = FlightClient::new(channel);
+                client
+                    .add_header("authorization", &format!("Bearer {token}"))
+                    .unwrap();
+                match client.list_actions().await {
+                    Ok(_) => true,
+                    Err(err) => {
+                        assert_eq!(status(err).code(), Code::Unauthenticated);
+                        false
+                    }
+                }
+            }
+        }
+    };
+    assert!(accepted("token-old")().await);
+    assert!(!accepted("token-new")().await);
+
+    // Step 1: the new token beside the old one. Both work; nothing restarted.
+    replace_file(&file, "token-old\ntoken-new\n");
+    let took = outcome_within(true, accepted("token-new")).await;
+    println!("the second token accepted {took:?} after it was written");
+    assert!(accepted("token-old")().await);
+
+    // Step 2: the old token gone. It is refused on the open connection from then on.
+    replace_file(&file, "token-new\n");
+    let took = outcome_within(false, accepted("token-old")).await;
+    println!("the removed token refused {took:?} after it was written");
+    assert!(accepted("token-new")().await);
+
+    // A file that cannot be used keeps the tokens in use, and says so in a counter.
+    replace_file(&file, "\n");
+    tokio::time::sleep(cache_node::server::TOKEN_RELOAD_INTERVAL * 2).await;
+    assert!(accepted("token-new")().await);
+    assert!(!accepted("token-old")().await);
+    let metrics = scrape(node.metrics_addr).await;
+    assert!(
+        metrics.contains("flightcache_node_token_reloads_total 2"),
+        "{metrics}"
+    );
+    let failures = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("flightcache_node_token_reload_failures_total "))
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap();
+    assert!(failures >= 1, "{failures}");
+    node.shutdown().await.unwrap();
+}

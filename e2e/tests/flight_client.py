@@ -194,9 +194,10 @@ def main() -> None:
         expect = n
         # Without a token there is no Handshake: the call itself must be refused.
         client = dial(host, port)
-        headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
-        options = flight.FlightCallOptions(headers=headers, timeout=20)
         try:
+            # A token the node does not take is refused at the Handshake already.
+            headers = [] if token == "-" else [client.authenticate_basic_token(b"e2e", token.encode())]
+            options = flight.FlightCallOptions(headers=headers, timeout=20)
             results = list(client.do_action(flight.Action(key, b""), options))
             outcome, detail = "ok", results[0].body.to_pybytes().decode() if results else ""
         except flight.FlightUnauthenticatedError as err:

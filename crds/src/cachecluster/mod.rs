@@ -194,9 +194,10 @@ pub struct NetworkPolicySpec {
 #[serde(rename_all = "camelCase")]
 pub struct AuthSpec {
     /// Name of a Secret in the cluster's namespace whose key `key` holds the token(s)
-    /// clients must present, one per line (two while a token is rotated); it must carry
-    /// the label `flightcache.dev/cluster: <cluster>` (nodes mount only Secrets labelled for
-    /// their cluster). Unset: the operator generates the Secret `<cluster>-client-token`.
+    /// clients must present, one per line (two while a token is rotated: nodes re-read
+    /// it, so a token added is accepted and one removed refused within about a minute,
+    /// without a restart); it must carry the label `flightcache.dev/cluster: <cluster>`
+    /// (nodes mount only Secrets labelled for their cluster). Unset: the operator generates the Secret `<cluster>-client-token`.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::AUTH_SECRET_MSG))]
     #[schemars(length(max = 253))]
