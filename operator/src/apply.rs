@@ -372,6 +372,12 @@ pub async fn apply_status(
 ) -> Result<()> {
     let api: Api<CacheCluster> =
         Api::namespaced(client.clone(), &cc.namespace().unwrap_or_default());
+    // `generatedSecrets` is written by `secrets` under its own field manager: a pass
+    // that read the status before a record was made must not take it out.
+    let status = CacheClusterStatus {
+        generated_secrets: Vec::new(),
+        ..status.clone()
+    };
     let patch = json!({
         "apiVersion": "flightcache.dev/v1alpha1",
         "kind": "CacheCluster",

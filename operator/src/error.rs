@@ -24,6 +24,20 @@ pub enum SecretError {
         "a Secret of that name exists and is not owned by this CacheCluster; delete or rename it"
     )]
     NotOwned,
+    /// A Secret of that name is owned by this cluster but was not made by the operator
+    /// (its uid is not the one the cluster's status records): its tokens may be someone
+    /// else's choice, so it is not used.
+    #[error(
+        "a Secret of that name exists, but the operator did not create it (its uid {uid} is not \
+         in status.generatedSecrets); delete it and the operator creates a new one"
+    )]
+    NotCreatedByOperator {
+        /// The Secret's uid.
+        uid: String,
+    },
+    /// What the operator created could not be recorded in the cluster's status.
+    #[error("the new Secret cannot be recorded in the CacheCluster's status")]
+    Record(#[source] kube::Error),
     /// The Secret lacks a key.
     #[error("the key {0} is missing")]
     MissingKey(&'static str),

@@ -5,8 +5,13 @@
 //!
 //! Each is created once with random tokens (32 bytes from the OS, hex) and owned by the
 //! CacheCluster, so it goes with it; it is never overwritten, because the running nodes
-//! read their tokens at start. A Secret of that name that this cluster does not own is
-//! refused, never adopted: its tokens were chosen by someone else. The operator reads
+//! read their tokens at start. The uid of each Secret the operator creates is recorded in
+//! the cluster's `status.generatedSecrets` (under its own field manager), and a Secret of
+//! that name is used only when its uid is recorded there: anyone who may create Secrets
+//! can write an ownerReference naming the cluster, only the operator its status. A Secret
+//! made by someone else is refused, never adopted: its tokens were chosen by them.
+//! Clusters an earlier operator ran (pools in status, nothing recorded) have their
+//! existing Secrets recorded once, as that operator already used them. The operator reads
 //! only these Secrets and the `ca.crt` of the TLS Secret; of a Secret `spec.auth.secretName`
 //! names it reads only the labels.
 //!
@@ -23,12 +28,14 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use crds::cachecluster::ClientAuth;
+use crds::cachecluster::status::GeneratedSecret;
+use crds::cachecluster::{CacheCluster, ClientAuth};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use serde_json::json;
 
 use crate::build::names;
 use crate::error::{Error, Result, SecretError};
@@ -75,25 +82,102 @@ impl std::fmt::Debug for ClusterTokens {
     }
 }
 
+/// The field manager of `status.generatedSecrets`: the pass's own status writes leave
+/// the field alone, so a record is never lost to a pass that read the status before it.
+const RECORD_FIELD_MANAGER: &str = "flightcache-operator-secrets";
+
+/// Which generated Secrets the operator made for a cluster: the records of its status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// Name → uid of each Secret the operator created.
+    recorded: BTreeMap<String, String>,
+    /// The cluster ran under an operator that kept no records: its existing Secrets are
+    /// the ones that operator made and used, and are recorded as they are found.
+    from_before_records: bool,
+    /// Records made in this pass, to be written.
+    new: Vec<GeneratedSecret>,
+}
+
+impl Provenance {
+    /// The records of `cluster`'s status.
+    pub fn of(cluster: &ValidatedCluster) -> Self {
+        let recorded: BTreeMap<String, String> = cluster
+            .recorded_secrets
+            .iter()
+            .map(|secret| (secret.name.clone(), secret.uid.clone()))
+            .collect();
+        // Only an operator without records reaches the end of a pass (pools in status)
+        // with nothing recorded: this one records the internal Secret before any pool.
+        let from_before_records = recorded.is_empty() && cluster.pools_in_status;
+        Self {
+            recorded,
+            from_before_records,
+            new: Vec::new(),
+        }
+    }
+
+    /// Whether `secret` (owned by the cluster) may be used; a Secret from before records
+    /// is recorded now.
+    fn admit(&mut self, name: &str, uid: &str) -> Result<(), SecretError> {
+        match self.recorded.get(name) {
+            Some(recorded) if recorded == uid => Ok(()),
+            None if self.from_before_records => {
+                self.record(name, uid);
+                Ok(())
+            }
+            _ => Err(SecretError::NotCreatedByOperator {
+                uid: uid.to_owned(),
+            }),
+        }
+    }
+
+    fn record(&mut self, name: &str, uid: &str) {
+        self.recorded.insert(name.to_owned(), uid.to_owned());
+        self.new.push(GeneratedSecret {
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+        });
+    }
+}
+
 /// Makes sure the cluster's generated Secrets exist and returns the admin token.
 ///
 /// # Errors
-/// [`Error::Secret`] when a Secret cannot be read or created, belongs to someone else,
-/// or lacks a key.
+/// [`Error::Secret`] when a Secret cannot be read, created or recorded, belongs to
+/// someone else, was not made by the operator, or lacks a key.
 pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<ClusterTokens> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
+    let mut provenance = Provenance::of(cluster);
     let internal = names::internal_secret(&cluster.name);
-    let mut tokens = ensure_secret(
+    let internal_tokens = ensure_secret(
         &api,
         cluster,
+        &mut provenance,
         &internal,
         &[names::ADMIN_TOKEN_KEY, names::PEER_TOKEN_KEY],
     )
-    .await?;
+    .await;
+    let generated_client_token = match cluster.client_token.as_ref() {
+        Some(token) if token.generated && internal_tokens.is_ok() => ensure_secret(
+            &api,
+            cluster,
+            &mut provenance,
+            &token.secret,
+            &[names::GENERATED_TOKEN_KEY],
+        )
+        .await
+        .map(drop),
+        _ => Ok(()),
+    };
+    // What was created is recorded even when the other Secret failed: an unrecorded
+    // Secret of the operator's own would be refused on the next pass.
+    if !provenance.new.is_empty() {
+        record(client, cluster, &provenance).await?;
+    }
+    let mut tokens = internal_tokens?;
+    generated_client_token?;
     match cluster.client_token.as_ref() {
-        Some(token) if token.generated => {
-            ensure_secret(&api, cluster, &token.secret, &[names::GENERATED_TOKEN_KEY]).await?;
-        }
+        Some(token) if token.generated => {}
         Some(token) => {
             let failed = |source: SecretError| Error::Secret {
                 secret: token.secret.clone(),
@@ -206,6 +290,7 @@ async fn read_tls(
 async fn ensure_secret(
     api: &Api<Secret>,
     cluster: &ValidatedCluster,
+    provenance: &mut Provenance,
     name: &str,
     keys: &[&'static str],
 ) -> Result<BTreeMap<&'static str, String>> {
@@ -224,6 +309,7 @@ async fn ensure_secret(
             match api.create(&PostParams::default(), &fresh).await {
                 Ok(created) => {
                     tracing::info!(secret = name, "created the cluster's generated Secret");
+                    provenance.record(name, &created.uid().unwrap_or_default());
                     created
                 }
                 // Created meanwhile (a previous leader's pass): use what is there.
@@ -235,7 +321,48 @@ async fn ensure_secret(
             }
         }
     };
-    tokens_of(&secret, cluster, keys).map_err(failed)
+    let tokens = tokens_of(&secret, cluster, keys).map_err(failed)?;
+    provenance
+        .admit(name, &secret.uid().unwrap_or_default())
+        .map_err(failed)?;
+    Ok(tokens)
+}
+
+/// Writes the Secrets created (or found from before records) in this pass to the
+/// cluster's `status.generatedSecrets`, with every earlier record.
+async fn record(
+    client: &Client,
+    cluster: &ValidatedCluster,
+    provenance: &Provenance,
+) -> Result<()> {
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &cluster.namespace);
+    let secrets: Vec<GeneratedSecret> = provenance
+        .recorded
+        .iter()
+        .map(|(name, uid)| GeneratedSecret {
+            name: name.clone(),
+            uid: uid.clone(),
+        })
+        .collect();
+    let patch = json!({
+        "apiVersion": "flightcache.dev/v1alpha1",
+        "kind": "CacheCluster",
+        "status": { "generatedSecrets": secrets },
+    });
+    api.patch_status(
+        &cluster.name,
+        &PatchParams::apply(RECORD_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|err| Error::Secret {
+        secret: provenance
+            .new
+            .first()
+            .map_or_else(String::new, |secret| secret.name.clone()),
+        source: SecretError::Record(err),
+    })
 }
 
 /// The tokens of `secret`, if this cluster owns it and it has every key.
@@ -340,6 +467,47 @@ mod tests {
         let short = generated_secret(&cluster, "c-internal", &keys[..1]).unwrap();
         let err = tokens_of(&short, &cluster, &keys).unwrap_err();
         assert_eq!(err.to_string(), "the key peer-token is missing");
+    }
+
+    #[test]
+    fn only_a_secret_whose_uid_the_status_records_is_used() {
+        let mut cluster = validated(&[("hot", 2)]);
+        // A new cluster: nothing recorded, nothing adopted.
+        let mut fresh = Provenance::of(&cluster);
+        let err = fresh.admit("c-internal", "uid-forged").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("its uid uid-forged is not in status.generatedSecrets"),
+            "{err}"
+        );
+        fresh.record("c-internal", "uid-made");
+        assert!(fresh.admit("c-internal", "uid-made").is_ok());
+        assert!(fresh.admit("c-internal", "uid-other").is_err());
+        // Recorded in status: the same uid passes, another (deleted and re-made by
+        // someone else) does not, and neither does an unrecorded name.
+        cluster.recorded_secrets = vec![GeneratedSecret {
+            name: "c-internal".into(),
+            uid: "uid-made".into(),
+        }];
+        cluster.pools_in_status = true;
+        let mut recorded = Provenance::of(&cluster);
+        assert!(recorded.admit("c-internal", "uid-made").is_ok());
+        assert!(recorded.admit("c-internal", "uid-other").is_err());
+        assert!(recorded.admit("c-client-token", "uid-x").is_err());
+        assert!(recorded.new.is_empty());
+        // A cluster an operator without records ran: its Secrets are recorded as found.
+        cluster.recorded_secrets.clear();
+        let mut earlier = Provenance::of(&cluster);
+        assert!(earlier.admit("c-internal", "uid-old").is_ok());
+        assert_eq!(earlier.new.len(), 1);
+        // ... but not while no pass of it reached the end (a new cluster's first pass
+        // may have failed and still written observedGeneration).
+        cluster.pools_in_status = false;
+        assert!(
+            Provenance::of(&cluster)
+                .admit("c-internal", "uid-old")
+                .is_err()
+        );
     }
 
     #[test]

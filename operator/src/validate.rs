@@ -100,6 +100,10 @@ pub struct ValidatedCluster {
     pub cluster_domain: String,
     /// Pools in spec order.
     pub pools: Vec<ValidatedPool>,
+    /// The Secrets the operator recorded creating (`status.generatedSecrets`).
+    pub recorded_secrets: Vec<crds::cachecluster::status::GeneratedSecret>,
+    /// Whether an earlier pass reached the end (pools in status).
+    pub pools_in_status: bool,
 }
 
 /// The pools' NetworkPolicy, every default resolved.
@@ -239,6 +243,15 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         image_pull_policy: defaults.image_pull_policy.clone(),
         cluster_domain: defaults.cluster_domain.clone(),
         pools,
+        recorded_secrets: cc
+            .status
+            .as_ref()
+            .map(|status| status.generated_secrets.clone())
+            .unwrap_or_default(),
+        pools_in_status: cc
+            .status
+            .as_ref()
+            .is_some_and(|status| !status.pools.is_empty()),
     })
 }
 

@@ -22,6 +22,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt, ResourceExt};
@@ -876,7 +877,7 @@ async fn stale_node(client: &Client, name: &str, silent_for: i64) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let renewed = Timestamp::now() - SignedDuration::from_secs(silent_for);
     let lease = Lease {
-        metadata: kube::api::ObjectMeta {
+        metadata: ObjectMeta {
             name: Some(name.into()),
             ..Default::default()
         },
@@ -1081,6 +1082,108 @@ async fn a_cluster_whose_object_names_collide_with_anothers_is_degraded_and_take
     reconcile(Arc::new(api.get("a-b").await.unwrap()), context(&client))
         .await
         .unwrap();
+    ns.delete().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_generated_secret_made_by_someone_else_is_refused_even_with_a_forged_owner() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-forged").await;
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    let spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
+    let cc = api
+        .create(&PostParams::default(), &CacheCluster::new("demo", spec))
+        .await
+        .unwrap();
+    // Before the operator's first pass, someone who may create Secrets makes the
+    // cluster's internal Secret with tokens of their choosing, "owned" by the cluster.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let forged = Secret {
+        metadata: ObjectMeta {
+            name: Some("demo-internal".into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "flightcache.dev/v1alpha1".into(),
+                kind: "CacheCluster".into(),
+                name: "demo".into(),
+                uid: cc.uid().unwrap(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(BTreeMap::from([
+            ("admin-token".to_owned(), "chosen-admin".to_owned()),
+            ("peer-token".to_owned(), "chosen-peer".to_owned()),
+        ])),
+        ..Secret::default()
+    };
+    let forged = secrets
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap();
+    let err = reconcile(Arc::new(api.get("demo").await.unwrap()), context(&client))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "secret", "{err}");
+    let (status, reason, message) = degraded(&api.get("demo").await.unwrap());
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "ApplyFailed"));
+    assert!(
+        message.contains("the operator did not create it")
+            && message.contains(&forged.uid().unwrap()),
+        "{message}"
+    );
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    assert!(statefulsets.get_opt("demo-hot").await.unwrap().is_none());
+    // A second pass (the failed one wrote observedGeneration) still refuses it.
+    assert!(
+        reconcile(Arc::new(api.get("demo").await.unwrap()), context(&client))
+            .await
+            .is_err()
+    );
+
+    // Deleted, the operator makes its own, records its uid and reconciles.
+    secrets
+        .delete("demo-internal", &Default::default())
+        .await
+        .unwrap();
+    reconcile(Arc::new(api.get("demo").await.unwrap()), context(&client))
+        .await
+        .unwrap();
+    let made = secrets.get("demo-internal").await.unwrap();
+    let cc = api.get("demo").await.unwrap();
+    let recorded = &cc.status.as_ref().unwrap().generated_secrets;
+    assert!(
+        recorded.iter().any(
+            |secret| secret.name == "demo-internal" && Some(&secret.uid) == made.uid().as_ref()
+        ),
+        "{recorded:?}"
+    );
+    assert!(
+        recorded
+            .iter()
+            .any(|secret| secret.name == "demo-client-token"),
+        "{recorded:?}"
+    );
+    assert_ne!(
+        made.data.unwrap()["admin-token"].0,
+        b"chosen-admin".to_vec()
+    );
+    assert!(statefulsets.get_opt("demo-hot").await.unwrap().is_some());
+    // The pass's own status write keeps the records; the next pass uses the Secrets.
+    reconcile(Arc::new(api.get("demo").await.unwrap()), context(&client))
+        .await
+        .unwrap();
+    assert_eq!(
+        &api.get("demo")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .generated_secrets,
+        recorded
+    );
     ns.delete().await;
 }
 

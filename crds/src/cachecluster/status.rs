@@ -64,6 +64,25 @@ pub struct CacheClusterStatus {
     /// the operator generated. Unset when `spec.auth.disabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token_secret: Option<String>,
+
+    /// The Secrets the operator generated for this cluster (`<cluster>-internal`,
+    /// `<cluster>-client-token`), each with the uid it had when the operator created it.
+    /// The operator uses a Secret of those names only when its uid is the one recorded
+    /// here: an ownerReference can be written by anyone who may create Secrets, this
+    /// status only by the operator.
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generated_secrets: Vec<GeneratedSecret>,
+}
+
+/// A Secret the operator created, as it recorded it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratedSecret {
+    /// The Secret's name.
+    pub name: String,
+    /// Its `metadata.uid` when the operator created it.
+    pub uid: String,
 }
 
 /// Observed state of one pool.
