@@ -655,7 +655,9 @@ fn watch_tls(tls: ServedTls, peers: &Peers, metrics: &Metrics) -> JoinHandle<()>
 /// file, the first refused once it is gone. A file that cannot be used keeps the previous
 /// tokens and is counted.
 async fn watch_client_tokens(path: PathBuf, auth: Auth, metrics: Arc<Metrics>) {
-    let mut seen = tokio::fs::read(&path).await.ok();
+    // No baseline: the file may have changed since the config read it, before this task
+    // first ran. The first read applies whatever is there (the same tokens: no change).
+    let mut seen: Option<Vec<u8>> = None;
     let mut tick = tokio::time::interval(TOKEN_RELOAD_INTERVAL);
     tick.tick().await;
     loop {

@@ -332,7 +332,18 @@ impl Cluster {
         };
         let kind = Some(WriteKind::Fallback);
         let sender = self.sender();
-        match forward::do_put(&self.peers, &holder, &sender, first, rest, metadata, kind).await {
+        match forward::do_put(
+            &self.peers,
+            &self.replay_budget,
+            &holder,
+            &sender,
+            first,
+            rest,
+            metadata,
+            kind,
+        )
+        .await
+        {
             Ok(answer) => {
                 self.metrics.fallback_writes.inc();
                 Ok(ForwardedPut::Relayed(answer))

@@ -22,6 +22,7 @@
 //! sends them too). A Flight *client*: must not import
 //! the Flight server side, `flight/` or `wire/` (see the `cluster` module docs).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::{
@@ -47,8 +48,38 @@ use crate::streams::{FlightStream, UploadRest};
 /// owner dies or hangs under it (its connection breaks before any answer) can still go
 /// to the key's next candidate. A larger put keeps nothing and fails UNAVAILABLE in that
 /// case, as the client's own connection breaking would. 4 MiB covers the result sets a
-/// cache mostly holds; the kept messages share the buffers already received (no copy).
+/// cache mostly holds; the kept messages share the buffers already received (no copy),
+/// and what they hold is reserved in the store's budget while they are kept: a put whose
+/// copy finds no room keeps nothing (and relays on), so kept copies never take memory
+/// the budget does not count.
 pub const REPLAYABLE_PUT_BYTES: usize = 4 << 20;
+
+/// Bytes held in the node's memory budget until dropped.
+pub type HeldBudget = Box<dyn Send + Sync>;
+
+/// Room in the node's memory budget for the copies a relayed put keeps: asked for a
+/// number of bytes, it holds them until the value it gives is dropped, or gives none
+/// when the budget has no room (the store's intake reservations, handed down by the
+/// cluster layer, which sits above the store).
+#[derive(Clone)]
+pub struct ReplayBudget(Arc<dyn Fn(u64) -> Option<HeldBudget> + Send + Sync>);
+
+impl ReplayBudget {
+    /// A budget that holds bytes with `hold`.
+    pub fn new(hold: impl Fn(u64) -> Option<HeldBudget> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hold))
+    }
+
+    fn hold(&self, bytes: u64) -> Option<HeldBudget> {
+        (self.0)(bytes)
+    }
+}
+
+impl std::fmt::Debug for ReplayBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplayBudget")
+    }
+}
 
 /// How long a peer may take to answer a forwarded call (DoGet: to start answering).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -359,8 +390,10 @@ impl From<Error> for PutFailure {
 /// [`PutFailure::Undelivered`], or [`PutFailure::Failed`] with
 /// [`Error::OwnerUnreachable`], [`Error::BadPutStream`] when the client stream fails, or
 /// the owner's status.
+#[allow(clippy::too_many_arguments)] // each is a distinct part of the relayed call
 pub async fn do_put(
     peers: &Peers,
+    budget: &ReplayBudget,
     peer: &Peer,
     sender: &Sender,
     first: FlightData,
@@ -385,8 +418,8 @@ pub async fn do_put(
     // reader reports it and keeps the channel open: ending the upload would let the owner
     // commit a partial entry; the select below cancels the call instead.
     let (tx, rx) = tokio::sync::mpsc::channel::<FlightData>(4);
-    let kept_bytes = first.data_header.len() + first.data_body.len();
-    let reader = tokio::spawn(relay_upload(rest, tx, failed_tx, taken_rx, kept_bytes));
+    let kept = ReplayCopies::new(budget.clone(), &first);
+    let reader = tokio::spawn(relay_upload(rest, tx, failed_tx, taken_rx, kept));
     let head = first.clone();
     let upload = futures::stream::once(async move {
         let _ = taken_tx.send(());
@@ -745,6 +778,69 @@ pub async fn list_flights(
     .await
 }
 
+/// The messages of a relayed put kept for a replay elsewhere, with the budget they hold;
+/// `None` inside once the put outgrew [`REPLAYABLE_PUT_BYTES`] or the budget had no room.
+struct ReplayCopies {
+    budget: ReplayBudget,
+    kept: Option<(Vec<FlightData>, Vec<HeldBudget>)>,
+    bytes: usize,
+}
+
+impl ReplayCopies {
+    /// Copies of a put whose `first` message (kept by the caller) is already read.
+    fn new(budget: ReplayBudget, first: &FlightData) -> Self {
+        let mut copies = Self {
+            budget,
+            kept: Some((Vec::new(), Vec::new())),
+            bytes: 0,
+        };
+        copies.reserve(first);
+        copies
+    }
+
+    /// Reserves `message`'s bytes; false (and nothing kept from then on) when the put
+    /// outgrew the limit or the budget has no room.
+    fn reserve(&mut self, message: &FlightData) -> bool {
+        let size = message.data_header.len() + message.data_body.len();
+        self.bytes = self.bytes.saturating_add(size);
+        let reservation = (self.bytes <= REPLAYABLE_PUT_BYTES)
+            .then(|| self.budget.hold(size as u64))
+            .flatten();
+        match (&mut self.kept, reservation) {
+            (Some((_, reservations)), Some(reservation)) => {
+                reservations.push(reservation);
+                true
+            }
+            _ => {
+                self.kept = None;
+                false
+            }
+        }
+    }
+
+    /// Keeps a copy of `message`, if the put is still kept.
+    fn keep(&mut self, message: &FlightData) {
+        if self.kept.is_some()
+            && self.reserve(message)
+            && let Some((messages, _)) = &mut self.kept
+        {
+            messages.push(message.clone());
+        }
+    }
+
+    /// The kept messages followed by `rest`, the reservations held until the kept ones
+    /// are taken; `None` when nothing could be kept.
+    fn replay(self, rest: UploadRest) -> Option<UploadRest> {
+        let (messages, reservations) = self.kept?;
+        let replayed = futures::stream::iter(messages.into_iter().map(Ok)).map(move |message| {
+            // Held until the stream is dropped: the copies leave the budget with it.
+            let _held = &reservations;
+            message
+        });
+        Some(replayed.chain(rest).boxed())
+    }
+}
+
 /// Reads the client's stream into `tx` once the owner has taken the first message
 /// (`taken`). Returns the stream unread when the call ended before that.
 async fn relay_upload(
@@ -752,47 +848,111 @@ async fn relay_upload(
     tx: tokio::sync::mpsc::Sender<FlightData>,
     failed: tokio::sync::oneshot::Sender<Status>,
     taken: tokio::sync::oneshot::Receiver<()>,
-    mut kept_bytes: usize,
+    mut kept: ReplayCopies,
 ) -> Option<UploadRest> {
     if taken.await.is_err() {
         return Some(rest);
     }
-    // What was relayed, for a replay elsewhere; `None` once it outgrew the limit.
-    let mut kept = Some(Vec::new());
-    let replay = |kept: Option<Vec<FlightData>>, rest: UploadRest| {
-        kept.map(|kept| {
-            futures::stream::iter(kept.into_iter().map(Ok))
-                .chain(rest)
-                .boxed()
-        })
-    };
     loop {
         let next = tokio::select! {
             // The call ended (the owner answered, or its connection broke) while the
             // client's next message is not here yet.
-            () = tx.closed() => return replay(kept, rest),
+            () = tx.closed() => return kept.replay(rest),
             next = rest.next() => next,
         };
         match next {
             Some(Ok(message)) => {
-                kept = kept.and_then(|mut kept| {
-                    kept_bytes += message.data_header.len() + message.data_body.len();
-                    (kept_bytes <= REPLAYABLE_PUT_BYTES).then(|| {
-                        kept.push(message.clone());
-                        kept
-                    })
-                });
+                kept.keep(&message);
                 if tx.send(message).await.is_err() {
-                    return replay(kept, rest);
+                    return kept.replay(rest);
                 }
             }
             // The whole upload was relayed; only a failed call asks for it back.
-            None => return replay(kept, futures::stream::empty().boxed()),
+            None => return kept.replay(futures::stream::empty().boxed()),
             Some(Err(status)) => {
                 let _ = failed.send(status);
                 tx.closed().await;
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{EvictionPolicy, ManualClock, Store, StoreConfig, TtlMode};
+
+    fn budget_of(store: &Arc<Store>) -> ReplayBudget {
+        let store = Arc::clone(store);
+        ReplayBudget::new(move |bytes| {
+            store
+                .reserve_intake(bytes)
+                .map(|held| Box::new(held) as HeldBudget)
+        })
+    }
+
+    fn store(budget_bytes: u64) -> Arc<Store> {
+        let config = StoreConfig {
+            max_entries: 10,
+            budget_bytes,
+            max_entry_bytes: budget_bytes,
+            ttl: Duration::from_secs(60),
+            ttl_mode: TtlMode::Absolute,
+            eviction: EvictionPolicy::Lru,
+        };
+        Arc::new(Store::new(config, Arc::new(ManualClock::new())).unwrap())
+    }
+
+    fn message(bytes: usize) -> FlightData {
+        FlightData {
+            data_body: Bytes::from(vec![7u8; bytes]),
+            ..FlightData::default()
+        }
+    }
+
+    fn reserved(store: &Store) -> u64 {
+        store.stats().reserved_bytes
+    }
+
+    #[tokio::test]
+    async fn replay_copies_are_in_the_budget_while_kept_and_leave_it_with_them() {
+        let store = store(64 << 20);
+        let mut copies = ReplayCopies::new(budget_of(&store), &message(1_000));
+        copies.keep(&message(2_000));
+        copies.keep(&message(3_000));
+        assert_eq!(reserved(&store), 6_000);
+        let mut replayed = copies.replay(futures::stream::empty().boxed()).unwrap();
+        let first = replayed.next().await.unwrap().unwrap();
+        assert_eq!(first.data_body.len(), 2_000);
+        assert_eq!(reserved(&store), 6_000, "held until the replay is dropped");
+        drop(replayed);
+        assert_eq!(reserved(&store), 0);
+    }
+
+    #[test]
+    fn a_put_past_the_limit_keeps_nothing_and_holds_no_budget() {
+        let store = store(64 << 20);
+        let mut copies = ReplayCopies::new(budget_of(&store), &message(1_000));
+        copies.keep(&message(REPLAYABLE_PUT_BYTES));
+        assert_eq!(reserved(&store), 0);
+        copies.keep(&message(10));
+        assert_eq!(reserved(&store), 0);
+        assert!(copies.replay(futures::stream::empty().boxed()).is_none());
+    }
+
+    #[test]
+    fn without_room_in_the_budget_nothing_is_kept() {
+        let store = store(5_000);
+        let _other = store.reserve_intake(4_000).unwrap();
+        let mut copies = ReplayCopies::new(budget_of(&store), &message(500));
+        assert_eq!(reserved(&store), 4_500);
+        copies.keep(&message(1_000));
+        assert_eq!(
+            reserved(&store),
+            4_000,
+            "the copies gave back what they held"
+        );
+        assert!(copies.replay(futures::stream::empty().boxed()).is_none());
     }
 }

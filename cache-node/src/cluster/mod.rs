@@ -52,6 +52,8 @@ pub const REPAIRS_AT_ONCE: usize = 8;
 #[derive(Debug, Clone)]
 pub struct Cluster {
     store: Arc<Store>,
+    /// The store's budget, for the copies relayed puts keep (`forward::ReplayBudget`).
+    replay_budget: forward::ReplayBudget,
     metrics: Arc<Metrics>,
     routing: Arc<RoutingTable>,
     peers: peers::Peers,
@@ -102,8 +104,14 @@ impl Cluster {
         routing: Arc<RoutingTable>,
         peers: peers::Peers,
     ) -> Self {
+        let budget = Arc::clone(&store);
         Self {
             store,
+            replay_budget: forward::ReplayBudget::new(move |bytes| {
+                budget
+                    .reserve_intake(bytes)
+                    .map(|held| Box::new(held) as Box<dyn Send + Sync>)
+            }),
             metrics,
             routing,
             peers,
@@ -307,6 +315,7 @@ impl Cluster {
     ) -> Result<ForwardedPut> {
         let relayed = forward::do_put(
             &self.peers,
+            &self.replay_budget,
             peer,
             &self.sender(),
             first,

@@ -298,8 +298,17 @@ impl Cluster {
             }
             Some(Route::Forward(next)) if next != *owner => {
                 let sender = self.sender();
-                let relayed =
-                    forward::do_put(&self.peers, &next, &sender, first, rest, metadata, kind).await;
+                let relayed = forward::do_put(
+                    &self.peers,
+                    &self.replay_budget,
+                    &next,
+                    &sender,
+                    first,
+                    rest,
+                    metadata,
+                    kind,
+                )
+                .await;
                 match relayed {
                     Ok(answer) => {
                         self.metrics.fallback_writes.inc();

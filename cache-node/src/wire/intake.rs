@@ -365,8 +365,11 @@ pub struct IntakeBody {
 /// A message over the max entry size, seen in its prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
-    /// Not yet answered to the reader.
+    /// Not yet answered to the reader: the message is over the max entry size.
     Pending { size: u64, max: u64 },
+    /// Not yet answered: the budget has no room for the message (puts in flight hold
+    /// it), so it is not buffered outside the budget.
+    NoRoom { size: u64, budget: u64 },
     /// Answered; the body ends.
     Answered,
 }
@@ -478,7 +481,14 @@ impl IntakeBody {
         }
         self.current = self.store.reserve_intake(length + in_transit(length));
         if self.current.is_none() {
+            // Buffering it anyway would hold bytes no budget counts; the put's own checks
+            // came only after the whole message was in memory.
             self.cover.note_uncovered();
+            self.refused = Some(Refusal::NoRoom {
+                size: length,
+                budget: self.store.config().budget_bytes,
+            });
+            return;
         }
         let sequence = self.messages;
         self.messages += 1;
@@ -569,6 +579,16 @@ impl HttpBody for IntakeBody {
                     return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
                         "a put message of {size} bytes is larger than the max entry size of \
                          {max} bytes; refused before it was read, nothing was stored"
+                    )))));
+                }
+                Some(Refusal::NoRoom { size, budget }) => {
+                    this.refused = Some(Refusal::Answered);
+                    this.current = None;
+                    this.passed.clear();
+                    return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                        "a put message of {size} bytes finds no room in the node's memory \
+                         budget of {budget} bytes (puts in flight hold it); refused before it \
+                         was read, nothing was stored; retry"
                     )))));
                 }
                 None => {}
@@ -684,28 +704,32 @@ mod tests {
     }
 
     #[test]
-    fn a_message_the_budget_cannot_hold_passes_unreserved_and_the_framing_is_followed() {
+    fn a_message_the_budget_cannot_hold_is_refused_when_its_prefix_arrives() {
         let store = store(1_000);
         let held = store.reserve_intake(900).unwrap();
         let cover = Arc::new(IntakeCover::default());
         let mut body =
             IntakeBody::new(Body::empty(), Arc::clone(&store)).covering(Arc::clone(&cover));
-        assert!(cover.all_covered());
-        observe(&mut body, &message(500)[..50]);
-        assert_eq!(body.reserved(), 0, "no room: the put's own checks decide");
-        assert!(
-            !cover.all_covered(),
-            "the put is told to reserve the received bytes itself"
+        // A message that fits, then one the budget has no room for, in the same frame.
+        let mut data = message(10);
+        data.extend_from_slice(&message(500)[..50]);
+        observe(&mut body, &data);
+        assert_eq!(
+            body.out.iter().map(Bytes::len).sum::<usize>(),
+            15,
+            "the first message still reaches the decoder, none of the second"
         );
-        assert_eq!(body.refused, None, "within the max entry size");
-        // The framing is still followed: the next message is seen and reserved.
+        assert_eq!(
+            body.refused,
+            Some(Refusal::NoRoom {
+                size: 500,
+                budget: 1_000
+            })
+        );
+        assert_eq!(store.stats().reserved_bytes, 920, "nothing reserved for it");
+        // Nothing more is read: the rest of the message is never buffered.
         observe(&mut body, &message(500)[50..]);
-        observe(&mut body, &message(10)[..5]);
-        assert_eq!(body.reserved(), 20);
-        assert!(
-            !cover.all_covered(),
-            "once uncovered, always: the put stays careful"
-        );
+        assert!(body.out.iter().map(Bytes::len).sum::<usize>() <= 15);
         drop(body);
         drop(held);
         assert_eq!(store.stats().reserved_bytes, 0);
