@@ -245,6 +245,11 @@ fn every_rule_sits_on_its_field_with_its_message() {
             rules::SPREAD_KEYS,
             rules::SPREAD_KEYS_MSG,
         ),
+        (
+            "spec.tls",
+            rules::CLIENT_AUTH_NEEDS_SECRET,
+            rules::CLIENT_AUTH_NEEDS_SECRET_MSG,
+        ),
     ];
     let mut found = 0;
     for (path, rule, message) in expected {

@@ -50,6 +50,11 @@ pub struct Config {
     /// list, the operator needs rights in those namespaces only (the chart's default).
     #[arg(long, env = "FLIGHTCACHE_WATCH_NAMESPACE", value_delimiter = ',')]
     pub watch_namespace: Vec<String>,
+    /// How long the serving certificates the operator issues (clusters whose `spec.tls`
+    /// names no Secret) are valid; each is renewed when a third of it is left. At least
+    /// 3m.
+    #[arg(long, env = "FLIGHTCACHE_ISSUED_CERTIFICATE_LIFETIME", value_parser = parse_certificate_lifetime, default_value = "2160h")]
+    pub issued_certificate_lifetime: Duration,
     /// Elect a leader with a Lease so several replicas can run.
     #[arg(long, env = "FLIGHTCACHE_LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set)]
     pub leader_election: bool,
@@ -109,4 +114,22 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// Shortest serving certificate lifetime the operator accepts: renewal comes at two
+/// thirds of it, and the kubelet's sync of a Secret volume (about a minute by default)
+/// and the nodes' 5 s re-read must fit well inside the last third.
+pub const MIN_CERT_LIFETIME: Duration = Duration::from_secs(3 * 60);
+
+/// A serving certificate lifetime: a duration of at least [`MIN_CERT_LIFETIME`].
+fn parse_certificate_lifetime(text: &str) -> Result<Duration, String> {
+    let lifetime = crds::quantity::parse_duration(text).map_err(|err| err.to_string())?;
+    if lifetime < MIN_CERT_LIFETIME {
+        return Err(format!(
+            "{text} is shorter than {}s: renewal comes when a third is left, and the \
+             kubelet's sync of the Secret must fit in that third",
+            MIN_CERT_LIFETIME.as_secs()
+        ));
+    }
+    Ok(lifetime)
 }

@@ -198,6 +198,9 @@ async fn publish_status(
         .client_token
         .as_ref()
         .map(|token| format!("{}/{}", token.secret, token.key));
+    status.ca_secret = cluster
+        .tls_issued
+        .map(|_| crate::build::names::issued_ca_secret(&cluster.name));
     if cc.status.as_ref() != Some(&status) {
         ctx.still_leading()?;
         apply::apply_status(&ctx.client, cc, &status).await?;

@@ -59,6 +59,12 @@ pub enum SecretError {
     /// its CA).
     #[error(transparent)]
     Certificate(#[from] crate::certs::CertProblem),
+    /// A certificate the operator issues could not be made.
+    #[error("the certificate cannot be issued: {0}")]
+    Issue(String),
+    /// The Secret cannot be updated (a renewed certificate).
+    #[error("the Secret cannot be updated")]
+    Update(#[source] kube::Error),
     /// The operating system gave no random bytes for a new token.
     #[error("no random bytes for a token: {0}")]
     Random(String),

@@ -33,6 +33,7 @@ pub mod error;
 mod execute;
 pub(crate) mod invalidation_plan;
 pub mod invalidations;
+pub(crate) mod issuer;
 pub mod leader;
 pub mod metrics;
 pub(crate) mod nodeloss;
@@ -163,6 +164,7 @@ fn defaults(config: &Config) -> Defaults {
         } else {
             config.allowed_images.clone()
         },
+        issued_certificate_lifetime: config.issued_certificate_lifetime,
     }
 }
 

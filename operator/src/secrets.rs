@@ -39,6 +39,7 @@ use serde_json::json;
 
 use crate::build::names;
 use crate::error::{Error, Result, SecretError};
+use crate::issuer;
 use crate::validate::ValidatedCluster;
 
 /// The label (value: the CacheCluster's name) a Secret named in a spec must carry.
@@ -169,13 +170,20 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
         .map(drop),
         _ => Ok(()),
     };
-    // What was created is recorded even when the other Secret failed: an unrecorded
+    let issued_tls = match cluster.tls_issued {
+        Some(lifetime) if internal_tokens.is_ok() && generated_client_token.is_ok() => {
+            ensure_issued_tls(&api, cluster, &mut provenance, lifetime).await
+        }
+        _ => Ok(()),
+    };
+    // What was created is recorded even when another Secret failed: an unrecorded
     // Secret of the operator's own would be refused on the next pass.
     if !provenance.new.is_empty() {
         record(client, cluster, &provenance).await?;
     }
     let mut tokens = internal_tokens?;
     generated_client_token?;
+    issued_tls?;
     match cluster.client_token.as_ref() {
         Some(token) if token.generated => {}
         Some(token) => {
@@ -294,6 +302,25 @@ async fn ensure_secret(
     name: &str,
     keys: &[&'static str],
 ) -> Result<BTreeMap<&'static str, String>> {
+    let secret = get_or_create(api, cluster, provenance, name, || {
+        generated_secret(cluster, name, keys)
+    })
+    .await?;
+    tokens_of(&secret, cluster, keys).map_err(|source| Error::Secret {
+        secret: name.to_owned(),
+        source,
+    })
+}
+
+/// Secret `name`, made by `make` and recorded when it is absent; when present, only if
+/// this cluster owns it and the operator recorded creating it.
+async fn get_or_create(
+    api: &Api<Secret>,
+    cluster: &ValidatedCluster,
+    provenance: &mut Provenance,
+    name: &str,
+    make: impl FnOnce() -> Result<Secret, SecretError>,
+) -> Result<Secret> {
     let failed = |source: SecretError| Error::Secret {
         secret: name.to_owned(),
         source,
@@ -304,28 +331,232 @@ async fn ensure_secret(
         .map_err(|err| failed(SecretError::Get(err)))?;
     let secret = match existing {
         Some(secret) => secret,
-        None => {
-            let fresh = generated_secret(cluster, name, keys).map_err(failed)?;
-            match api.create(&PostParams::default(), &fresh).await {
-                Ok(created) => {
-                    tracing::info!(secret = name, "created the cluster's generated Secret");
-                    provenance.record(name, &created.uid().unwrap_or_default());
-                    created
-                }
-                // Created meanwhile (a previous leader's pass): use what is there.
-                Err(kube::Error::Api(status)) if status.code == 409 => api
-                    .get(name)
-                    .await
-                    .map_err(|err| failed(SecretError::Get(err)))?,
-                Err(err) => return Err(failed(SecretError::Create(err))),
+        None => match api
+            .create(&PostParams::default(), &make().map_err(failed)?)
+            .await
+        {
+            Ok(created) => {
+                tracing::info!(secret = name, "created the cluster's generated Secret");
+                provenance.record(name, &created.uid().unwrap_or_default());
+                created
             }
-        }
+            // Created meanwhile (a previous leader's pass): use it if it is recorded.
+            Err(kube::Error::Api(status)) if status.code == 409 => api
+                .get(name)
+                .await
+                .map_err(|err| failed(SecretError::Get(err)))?,
+            Err(err) => return Err(failed(SecretError::Create(err))),
+        },
     };
-    let tokens = tokens_of(&secret, cluster, keys).map_err(failed)?;
+    check_owned(&secret, cluster).map_err(failed)?;
     provenance
         .admit(name, &secret.uid().unwrap_or_default())
         .map_err(failed)?;
-    Ok(tokens)
+    Ok(secret)
+}
+
+/// Whether this cluster is among `secret`'s owners (by uid).
+fn check_owned(secret: &Secret, cluster: &ValidatedCluster) -> Result<(), SecretError> {
+    secret
+        .owner_references()
+        .iter()
+        .any(|owner| owner.uid == cluster.owner.uid)
+        .then_some(())
+        .ok_or(SecretError::NotOwned)
+}
+
+/// A Secret of `cluster` named `name` holding `data`, owned by it.
+fn owned_secret(
+    cluster: &ValidatedCluster,
+    name: &str,
+    type_: &str,
+    data: BTreeMap<String, ByteString>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(cluster.namespace.clone()),
+            labels: Some(names::cluster_selector(&cluster.name)),
+            owner_references: Some(vec![cluster.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        type_: Some(type_.into()),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+/// The value of `key` in `secret`, as text.
+fn text_of(secret: &Secret, key: &'static str) -> Result<String, SecretError> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(key))
+        .ok_or(SecretError::MissingKey(key))?;
+    String::from_utf8(bytes.0.clone()).map_err(SecretError::NotUtf8)
+}
+
+/// The names the issued certificate is made for: each pool's Service by its short,
+/// namespaced and full names, and its nodes by a wildcard of the full name they call
+/// each other by.
+fn issued_names(cluster: &ValidatedCluster) -> Vec<String> {
+    let (namespace, domain) = (&cluster.namespace, &cluster.cluster_domain);
+    cluster
+        .pools
+        .iter()
+        .flat_map(|pool| {
+            let object = names::pool_object(&cluster.name, &pool.name);
+            let nodes = names::headless_service(&cluster.name, &pool.name);
+            [
+                object.clone(),
+                format!("{object}.{namespace}"),
+                format!("{object}.{namespace}.svc"),
+                format!("{object}.{namespace}.svc.{domain}"),
+                format!("*.{nodes}.{namespace}.svc.{domain}"),
+            ]
+        })
+        .collect()
+}
+
+/// The CA and serving certificate the operator issues when `spec.tls` names no Secret:
+/// the CA in `<cluster>-ca-key` (made once), its certificate for clients in
+/// `<cluster>-ca`, and the serving certificate nodes mount in `<cluster>-tls`, issued
+/// again when a third of `lifetime` is left, a name is missing or the CA changed.
+async fn ensure_issued_tls(
+    api: &Api<Secret>,
+    cluster: &ValidatedCluster,
+    provenance: &mut Provenance,
+    lifetime: std::time::Duration,
+) -> Result<()> {
+    let now = time::OffsetDateTime::now_utc();
+    let issuer_name = names::issuer_secret(&cluster.name);
+    let failed = |name: &str, source: SecretError| Error::Secret {
+        secret: name.to_owned(),
+        source,
+    };
+    let issuer_secret = get_or_create(api, cluster, provenance, &issuer_name, || {
+        let ca = issuer::new_ca(&cluster.namespace, &cluster.name, now)
+            .map_err(|err| SecretError::Issue(err.to_string()))?;
+        Ok(owned_secret(
+            cluster,
+            &issuer_name,
+            "Opaque",
+            BTreeMap::from([
+                (
+                    names::TLS_CA_KEY.to_owned(),
+                    ByteString(ca.cert_pem.into_bytes()),
+                ),
+                (
+                    names::CA_KEY_KEY.to_owned(),
+                    ByteString(ca.key_pem.into_bytes()),
+                ),
+            ]),
+        ))
+    })
+    .await?;
+    let ca_cert =
+        text_of(&issuer_secret, names::TLS_CA_KEY).map_err(|e| failed(&issuer_name, e))?;
+    let ca_key = text_of(&issuer_secret, names::CA_KEY_KEY).map_err(|e| failed(&issuer_name, e))?;
+
+    // The CA for clients: its certificate alone.
+    let clients_name = names::issued_ca_secret(&cluster.name);
+    let clients_data = BTreeMap::from([(
+        names::TLS_CA_KEY.to_owned(),
+        ByteString(ca_cert.clone().into_bytes()),
+    )]);
+    let clients = get_or_create(api, cluster, provenance, &clients_name, || {
+        Ok(owned_secret(
+            cluster,
+            &clients_name,
+            "Opaque",
+            clients_data.clone(),
+        ))
+    })
+    .await?;
+    if clients.data.as_ref() != Some(&clients_data) {
+        replace_data(api, &clients_name, clients, clients_data).await?;
+    }
+
+    // The serving certificate, labelled like a Secret a user names for the cluster.
+    let tls_name = names::issued_tls_secret(&cluster.name);
+    let issue = || -> Result<BTreeMap<String, ByteString>, SecretError> {
+        let leaf = issuer::issue(
+            &ca_key,
+            &cluster.namespace,
+            &cluster.name,
+            &issued_names(cluster),
+            now,
+            lifetime,
+        )
+        .map_err(|err| SecretError::Issue(err.to_string()))?;
+        Ok(BTreeMap::from([
+            (
+                names::TLS_CERT_KEY.to_owned(),
+                ByteString(leaf.cert_pem.into_bytes()),
+            ),
+            (
+                names::TLS_KEY_KEY.to_owned(),
+                ByteString(leaf.key_pem.into_bytes()),
+            ),
+            (
+                names::TLS_CA_KEY.to_owned(),
+                ByteString(ca_cert.clone().into_bytes()),
+            ),
+        ]))
+    };
+    let serving = get_or_create(api, cluster, provenance, &tls_name, || {
+        let mut secret = owned_secret(cluster, &tls_name, "kubernetes.io/tls", issue()?);
+        secret
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(SECRET_USE_LABEL.to_owned(), cluster.name.clone());
+        Ok(secret)
+    })
+    .await?;
+    let held = |key| {
+        serving
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .map(|value| value.0.clone())
+            .unwrap_or_default()
+    };
+    let reason = if held(names::TLS_CA_KEY) != ca_cert.as_bytes() {
+        Some("the CA changed".to_owned())
+    } else {
+        issuer::renewal_reason(
+            &held(names::TLS_CERT_KEY),
+            ca_cert.as_bytes(),
+            &served_names(cluster),
+            rustls_pki_types::UnixTime::now(),
+            lifetime,
+        )
+    };
+    if let Some(reason) = reason {
+        let data = issue().map_err(|e| failed(&tls_name, e))?;
+        replace_data(api, &tls_name, serving, data).await?;
+        tracing::info!(secret = %tls_name, %reason, "issued the cluster's serving certificate again");
+    }
+    Ok(())
+}
+
+/// Replaces `secret`'s data with `data`, if nobody changed it since it was read.
+async fn replace_data(
+    api: &Api<Secret>,
+    name: &str,
+    mut secret: Secret,
+    data: BTreeMap<String, ByteString>,
+) -> Result<()> {
+    secret.data = Some(data);
+    secret.string_data = None;
+    api.replace(name, &PostParams::default(), &secret)
+        .await
+        .map(drop)
+        .map_err(|err| Error::Secret {
+            secret: name.to_owned(),
+            source: SecretError::Update(err),
+        })
 }
 
 /// Writes the Secrets created (or found from before records) in this pass to the
@@ -371,13 +602,7 @@ fn tokens_of(
     cluster: &ValidatedCluster,
     keys: &[&'static str],
 ) -> Result<BTreeMap<&'static str, String>, SecretError> {
-    let owned = secret
-        .owner_references()
-        .iter()
-        .any(|owner| owner.uid == cluster.owner.uid);
-    if !owned {
-        return Err(SecretError::NotOwned);
-    }
+    check_owned(secret, cluster)?;
     let data = secret.data.clone().unwrap_or_default();
     keys.iter()
         .map(|&key| {
@@ -398,18 +623,7 @@ fn generated_secret(
         .iter()
         .map(|&key| Ok((key.to_owned(), ByteString(random_token()?.into_bytes()))))
         .collect::<Result<BTreeMap<_, _>, SecretError>>()?;
-    Ok(Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(cluster.namespace.clone()),
-            labels: Some(names::cluster_selector(&cluster.name)),
-            owner_references: Some(vec![cluster.owner.clone()]),
-            ..ObjectMeta::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(data),
-        ..Secret::default()
-    })
+    Ok(owned_secret(cluster, name, "Opaque", data))
 }
 
 /// 32 random bytes from the operating system, as 64 hex digits.

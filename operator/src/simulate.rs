@@ -661,6 +661,7 @@ pub fn defaults() -> Defaults {
         cluster_domain: "cluster.local".into(),
         operator_namespace: "flightcache-system".into(),
         allowed_images: vec!["ghcr.io/flightcache/flightcache-node".into()],
+        issued_certificate_lifetime: std::time::Duration::from_secs(90 * 24 * 3600),
     }
 }
 

@@ -335,6 +335,7 @@ fn pool_status(
             &pool.name,
             &cluster.namespace,
             cluster.port,
+            cluster.tls_secret.is_some(),
         )),
         phase: None,
         memory_resize: memory_resize(pool, observation, previous),

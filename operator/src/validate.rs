@@ -54,6 +54,8 @@ pub struct Defaults {
     pub operator_namespace: String,
     /// Image repositories node pods may run (`--allowed-images`); empty: any.
     pub allowed_images: Vec<String>,
+    /// Lifetime of the serving certificates the operator issues.
+    pub issued_certificate_lifetime: std::time::Duration,
 }
 
 /// Message of an image outside `--allowed-images`.
@@ -90,6 +92,9 @@ pub struct ValidatedCluster {
     pub client_token: Option<ClientToken>,
     /// The TLS Secret (`tls.crt`, `tls.key`, `ca.crt`), when the Flight port serves TLS.
     pub tls_secret: Option<String>,
+    /// The lifetime of the certificate the operator issues into `tls_secret`, when
+    /// `spec.tls` names no Secret; none: the Secret is the user's.
+    pub tls_issued: Option<std::time::Duration>,
     /// Whether nodes require client certificates (only with `tls_secret`).
     pub tls_client_auth: crds::cachecluster::ClientAuth,
     /// Who may reach the nodes; none when `spec.networkPolicy.disabled`.
@@ -220,6 +225,11 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         return Err(InvalidSpec { errors });
     }
     let client_token = client_token(&name, cc.spec.auth.clone().unwrap_or_default());
+    let tls_secret = cc.spec.tls.as_ref().map(|tls| {
+        tls.secret_name
+            .clone()
+            .unwrap_or_else(|| names::issued_tls_secret(&name))
+    });
     Ok(ValidatedCluster {
         name,
         namespace,
@@ -229,7 +239,13 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         metrics_port,
         service_monitor: cc.spec.monitoring.service_monitor,
         client_token,
-        tls_secret: cc.spec.tls.as_ref().map(|tls| tls.secret_name.clone()),
+        tls_secret,
+        tls_issued: cc
+            .spec
+            .tls
+            .as_ref()
+            .filter(|tls| tls.secret_name.is_none())
+            .map(|_| defaults.issued_certificate_lifetime),
         tls_client_auth: cc
             .spec
             .tls
@@ -371,6 +387,7 @@ pub(crate) mod fixtures {
             cluster_domain: "cluster.local".into(),
             operator_namespace: "flightcache-system".into(),
             allowed_images: vec!["flightcache/node".into()],
+            issued_certificate_lifetime: crate::issuer::DEFAULT_CERT_LIFETIME,
         }
     }
 
@@ -471,7 +488,7 @@ mod tests {
     fn invalid_fields_are_named_and_tls_is_taken() {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
-            secret_name: "certs".into(),
+            secret_name: Some("certs".into()),
             client_auth: crds::cachecluster::ClientAuth::None,
         });
         assert_eq!(

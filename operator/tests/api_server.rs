@@ -107,6 +107,7 @@ fn context(client: &Client) -> Arc<Context> {
         cluster_domain: "cluster.local".into(),
         operator_namespace: "flightcache-system".into(),
         allowed_images: vec!["flightcache-node".into()],
+        issued_certificate_lifetime: Duration::from_secs(90 * 24 * 3600),
     };
     Arc::new(Context::new(
         client.clone(),
@@ -434,7 +435,7 @@ async fn tls_cluster_named_demo(client: &Client, prefix: &str) -> TestNamespace 
     let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
     let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
     spec.tls = Some(TlsSpec {
-        secret_name: "certs".into(),
+        secret_name: Some("certs".into()),
         client_auth: crds::cachecluster::ClientAuth::None,
     });
     api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
@@ -1184,6 +1185,155 @@ async fn a_generated_secret_made_by_someone_else_is_refused_even_with_a_forged_o
             .generated_secrets,
         recorded
     );
+    ns.delete().await;
+}
+
+/// Whether `cert_pem` chains to `ca_pem` and serves `name` now.
+fn serves(cert_pem: &[u8], ca_pem: &[u8], name: &str) -> bool {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+    let leaf = CertificateDer::from_pem_slice(cert_pem).unwrap();
+    let ca = CertificateDer::from_pem_slice(ca_pem).unwrap();
+    let anchors = [webpki::anchor_from_trusted_cert(&ca).unwrap()];
+    let cert = webpki::EndEntityCert::try_from(&leaf).unwrap();
+    cert.verify_for_usage(
+        webpki::ALL_VERIFICATION_ALGS,
+        &anchors,
+        &[],
+        UnixTime::now(),
+        webpki::KeyUsage::server_auth(),
+        None,
+        None,
+    )
+    .is_ok()
+        && cert
+            .verify_is_valid_for_subject_name(&ServerName::try_from(name).unwrap())
+            .is_ok()
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn without_a_secret_the_operator_issues_the_certificate_and_issues_it_again_for_a_new_pool() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-issued").await;
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
+    spec.tls = Some(TlsSpec::default());
+    api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
+        .await
+        .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let data = |secret: &Secret, key: &str| secret.data.as_ref().unwrap()[key].0.clone();
+    let issuer = secrets.get("demo-ca-key").await.unwrap();
+    let for_clients = secrets.get("demo-ca").await.unwrap();
+    let serving = secrets.get("demo-tls").await.unwrap();
+    let ca = data(&issuer, "ca.crt");
+    assert!(String::from_utf8_lossy(&data(&issuer, "ca.key")).contains("PRIVATE KEY"));
+    // Clients get the CA's certificate and nothing else.
+    assert_eq!(
+        for_clients
+            .data
+            .as_ref()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["ca.crt"]
+    );
+    assert_eq!(data(&for_clients, "ca.crt"), ca);
+    assert_eq!(serving.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert_eq!(data(&serving, "ca.crt"), ca);
+    let cert = data(&serving, "tls.crt");
+    for name in [
+        format!("demo-hot.{}.svc", ns.name),
+        format!("demo-hot.{}.svc.cluster.local", ns.name),
+        "demo-hot".to_owned(),
+        format!("demo-hot-2.demo-hot-nodes.{}.svc.cluster.local", ns.name),
+    ] {
+        assert!(serves(&cert, &ca, &name), "{name}");
+    }
+    assert!(!serves(&cert, &ca, &format!("demo-cold.{}.svc", ns.name)));
+    let cc = fetch(&client, &ns.name).await;
+    let status = cc.status.as_ref().unwrap();
+    assert_eq!(status.ca_secret.as_deref(), Some("demo-ca"));
+    for name in [
+        "demo-internal",
+        "demo-client-token",
+        "demo-ca-key",
+        "demo-ca",
+        "demo-tls",
+    ] {
+        assert!(
+            status.generated_secrets.iter().any(|s| s.name == name),
+            "{name} not recorded: {:?}",
+            status.generated_secrets
+        );
+    }
+    // The nodes mount the serving Secret and serve TLS.
+    let statefulset = Api::<StatefulSet>::namespaced(client.clone(), &ns.name)
+        .get("demo-hot")
+        .await
+        .unwrap();
+    let volumes = statefulset
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("demo-tls")),
+        "{volumes:?}"
+    );
+    assert!(
+        status.pools[0]
+            .endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("grpc+tls://")),
+        "{:?}",
+        status.pools[0].endpoint
+    );
+
+    // A second pass issues nothing.
+    let versions = |list: &[&Secret]| -> Vec<String> {
+        list.iter().map(|s| s.resource_version().unwrap()).collect()
+    };
+    let before = versions(&[&issuer, &for_clients, &serving]);
+    reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+        .await
+        .unwrap();
+    let again = [
+        secrets.get("demo-ca-key").await.unwrap(),
+        secrets.get("demo-ca").await.unwrap(),
+        secrets.get("demo-tls").await.unwrap(),
+    ];
+    assert_eq!(versions(&[&again[0], &again[1], &again[2]]), before);
+
+    // A pool added: the certificate is issued again by the same CA, for its names too.
+    let mut cc = fetch(&client, &ns.name).await;
+    cc.spec.pools.push(PoolSpec::new("cold"));
+    api.replace("demo", &PostParams::default(), &cc)
+        .await
+        .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+        .await
+        .unwrap();
+    let renewed = secrets.get("demo-tls").await.unwrap();
+    assert_ne!(renewed.resource_version(), serving.resource_version());
+    assert_eq!(
+        secrets.get("demo-ca-key").await.unwrap().resource_version(),
+        issuer.resource_version(),
+        "the CA stays"
+    );
+    let cert = data(&renewed, "tls.crt");
+    assert!(serves(&cert, &ca, &format!("demo-cold.{}.svc", ns.name)));
+    assert!(serves(&cert, &ca, &format!("demo-hot.{}.svc", ns.name)));
     ns.delete().await;
 }
 

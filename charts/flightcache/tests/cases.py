@@ -108,8 +108,8 @@ def check_operator_rbac(c, docs, release):
          ["delete", "get", "list", "watch"])
     c.eq("CacheClusters are read-only (status apart)",
          sorted(grants.get(("flightcache.dev", "cacheclusters"), set())), ["get", "list", "watch"])
-    c.eq("Secrets: get and create only (never list, watch, update, delete)",
-         sorted(grants.get(("", "secrets"), set())), ["create", "get"])
+    c.eq("Secrets: get, create and update only (never list, watch, delete; update renews issued certificates)",
+         sorted(grants.get(("", "secrets"), set())), ["create", "get", "update"])
     c.true("the ClusterRole with the namespaced rules exists", named(docs, "ClusterRole", full) is not None)
 
 

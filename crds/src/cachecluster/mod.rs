@@ -147,9 +147,10 @@ pub struct CacheClusterSpec {
     pub auth: Option<AuthSpec>,
 
     /// TLS for the Flight port. When set, nodes serve gRPC over TLS with the
-    /// certificate in the Secret, verify each other against its `ca.crt`, and clients use
-    /// `grpc+tls://` trusting that CA. A certificate rotated in the Secret (cert-manager
-    /// renewing it) is served within about a minute, without a restart or a failed call.
+    /// certificate in the Secret `secretName` names, or (`tls: {}`) one the operator
+    /// issues, verify each other against its `ca.crt`, and clients use `grpc+tls://`
+    /// trusting that CA. A certificate rotated in the Secret (cert-manager renewing it, or
+    /// the operator) is served within about a minute, without a restart or a failed call.
     /// Unset: plaintext.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,8 +230,9 @@ impl Default for AuthSpec {
     }
 }
 
-/// TLS certificates from a Secret.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+/// TLS for the Flight port: with a certificate the operator issues, or one from a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[x_kube(validation = Rule::new(rules::CLIENT_AUTH_NEEDS_SECRET).message(rules::CLIENT_AUTH_NEEDS_SECRET_MSG))]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
     /// Name of a Secret in the cluster's namespace in cert-manager's shape: `tls.crt`,
@@ -240,18 +242,23 @@ pub struct TlsSpec {
     /// `.cluster.local` for clients using the full name) and, since nodes call each other
     /// by name, for `*.<cluster>-<pool>-nodes.<namespace>.svc.cluster.local`. A missing
     /// Secret or key, or a certificate that is expired, not signed by `ca.crt` or lacks a
-    /// name is reported as Degraded with the reason.
+    /// name is reported as Degraded with the reason. Unset: the operator issues a CA
+    /// and a certificate for every name itself (renewed when a third of its lifetime is
+    /// left, or when a pool is added), and clients trust the CA in the Secret
+    /// `status.caSecret` names (key `ca.crt`).
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::DNS_SUBDOMAIN).message(rules::TLS_SECRET_MSG))]
     #[schemars(length(max = 253))]
-    pub secret_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
     /// Client certificate authentication. `required`: every connection to a node must
     /// present a certificate signed by the Secret's `ca.crt`, or its TLS handshake fails
     /// before any call is read; nodes present their own certificate to each other and the
     /// operator presents the Secret's, so `tls.crt` must allow client authentication (an
     /// extended key usage, if it has one, must list `clientAuth`: cert-manager `usages:
     /// [server auth, client auth]`). Tokens still decide what each call may do. `none`
-    /// (default): no client certificate is asked for.
+    /// (default): no client certificate is asked for. `required` needs `secretName`
+    /// (clients need certificates of a CA someone issues them from).
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "is_default_client_auth")]
     pub client_auth: ClientAuth,

@@ -61,6 +61,12 @@ pub const SECRET_KEY: &str = "self.matches('^[-._a-zA-Z0-9]+$')";
 /// `spec.auth.disabled` and a Secret name exclude each other.
 pub const AUTH_DISABLED_ALONE: &str =
     "!has(self.disabled) || !self.disabled || !has(self.secretName)";
+/// Client certificates need a CA clients get certificates from: a Secret's, not the
+/// operator's own.
+pub const CLIENT_AUTH_NEEDS_SECRET: &str =
+    "!has(self.clientAuth) || self.clientAuth != 'required' || has(self.secretName)";
+/// Message of [`CLIENT_AUTH_NEEDS_SECRET`].
+pub const CLIENT_AUTH_NEEDS_SECRET_MSG: &str = "spec.tls.clientAuth: required needs spec.tls.secretName: clients present certificates of that Secret's CA (the CA the operator issues when no Secret is named signs no client certificates)";
 /// Message of [`AUTH_DISABLED_ALONE`].
 pub const AUTH_DISABLED_ALONE_MSG: &str = "spec.auth.disabled: true serves clients without a token, so spec.auth.secretName must be unset";
 /// Message of [`SECRET_KEY`] on `spec.auth.key`.

@@ -65,6 +65,11 @@ pub struct CacheClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token_secret: Option<String>,
 
+    /// The Secret holding the CA clients trust (key `ca.crt`) when the operator issues
+    /// the cluster's certificate (`spec.tls` naming no Secret), e.g. `analytics-ca`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<String>,
+
     /// The Secrets the operator generated for this cluster (`<cluster>-internal`,
     /// `<cluster>-client-token`), each with the uid it had when the operator created it.
     /// The operator uses a Secret of those names only when its uid is the one recorded

@@ -11,7 +11,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{CacheCluster, CacheClusterSpec, PersistenceSpec, PoolSpec, SchedulingSpec, rules};
+use super::{
+    CacheCluster, CacheClusterSpec, ClientAuth, PersistenceSpec, PoolSpec, SchedulingSpec, rules,
+};
 use crate::quantity;
 
 /// One field that breaks a rule.
@@ -96,10 +98,17 @@ pub fn validate_spec(cluster_name: &str, spec: &CacheClusterSpec) -> Result<(), 
             errors.push("spec.auth.key", rules::AUTH_KEY_MSG);
         }
     }
-    if let Some(tls) = &spec.tls
-        && !is_dns_subdomain(&tls.secret_name)
-    {
-        errors.push("spec.tls.secretName", rules::TLS_SECRET_MSG);
+    if let Some(tls) = &spec.tls {
+        if tls
+            .secret_name
+            .as_deref()
+            .is_some_and(|name| !is_dns_subdomain(name))
+        {
+            errors.push("spec.tls.secretName", rules::TLS_SECRET_MSG);
+        }
+        if tls.client_auth == ClientAuth::Required && tls.secret_name.is_none() {
+            errors.push("spec.tls", rules::CLIENT_AUTH_NEEDS_SECRET_MSG);
+        }
     }
     if !is_port(spec.monitoring.metrics_port) {
         errors.push("spec.monitoring.metricsPort", rules::METRICS_PORT_MSG);

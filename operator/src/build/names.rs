@@ -69,6 +69,27 @@ pub fn internal_secret(cluster: &str) -> String {
     format!("{cluster}-internal")
 }
 
+/// Name of the Secret nodes mount when the operator issues the cluster's certificate
+/// (`tls.crt`, `tls.key`, `ca.crt`, as cert-manager writes them).
+pub fn issued_tls_secret(cluster: &str) -> String {
+    format!("{cluster}-tls")
+}
+
+/// Name of the Secret holding the CA clients trust when the operator issues the
+/// cluster's certificate (`ca.crt` only): the one `status.caSecret` names.
+pub fn issued_ca_secret(cluster: &str) -> String {
+    format!("{cluster}-ca")
+}
+
+/// Name of the Secret holding the issued CA's certificate and key (`ca.crt`,
+/// `ca.key`): read by the operator only, never mounted.
+pub fn issuer_secret(cluster: &str) -> String {
+    format!("{cluster}-ca-key")
+}
+
+/// Key of the issued CA's private key in [`issuer_secret`].
+pub const CA_KEY_KEY: &str = "ca.key";
+
 /// Name of the StatefulSet, client Service, ConfigMap and PDB of a pool.
 pub fn pool_object(cluster: &str, pool: &str) -> String {
     format!("{cluster}-{pool}")
@@ -84,9 +105,10 @@ pub fn headless_service(cluster: &str, pool: &str) -> String {
     format!("{cluster}-{pool}-nodes")
 }
 
-/// The client endpoint users dial.
-pub fn client_endpoint(cluster: &str, pool: &str, namespace: &str, port: u16) -> String {
-    format!("grpc://{cluster}-{pool}.{namespace}.svc:{port}")
+/// The client endpoint users dial (`grpc+tls://` when the nodes serve TLS).
+pub fn client_endpoint(cluster: &str, pool: &str, namespace: &str, port: u16, tls: bool) -> String {
+    let scheme = if tls { "grpc+tls" } else { "grpc" };
+    format!("{scheme}://{cluster}-{pool}.{namespace}.svc:{port}")
 }
 
 /// Labels selecting every child of a cluster.

@@ -590,7 +590,7 @@ mod tests {
     fn a_tls_cluster_mounts_its_secret_and_probes_readyz_on_the_metrics_port() {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
-            secret_name: "certs".into(),
+            secret_name: Some("certs".into()),
             client_auth: crds::cachecluster::ClientAuth::None,
         });
         let valid = validate(&cc, &defaults()).unwrap();
