@@ -52,7 +52,7 @@ pub struct Config {
     pub watch_namespace: Vec<String>,
     /// How long the serving certificates the operator issues (clusters whose `spec.tls`
     /// names no Secret) are valid; each is renewed when a third of it is left. At least
-    /// 3m.
+    /// 10m.
     #[arg(long, env = "FLIGHTCACHE_ISSUED_CERTIFICATE_LIFETIME", value_parser = parse_certificate_lifetime, default_value = "2160h")]
     pub issued_certificate_lifetime: Duration,
     /// Elect a leader with a Lease so several replicas can run.
@@ -105,6 +105,21 @@ mod tests {
                 .leader_election
         );
     }
+
+    #[test]
+    fn an_issued_certificate_lifetime_leaves_room_for_the_kubelets_sync() {
+        assert_eq!(
+            parse_certificate_lifetime("2160h").unwrap(),
+            Duration::from_secs(90 * 24 * 3600)
+        );
+        assert_eq!(
+            parse_certificate_lifetime("10m").unwrap(),
+            MIN_CERT_LIFETIME
+        );
+        let err = parse_certificate_lifetime("9m").unwrap_err();
+        assert!(err.contains("shorter than 600s"), "{err}");
+        assert!(parse_certificate_lifetime("soon").is_err());
+    }
 }
 
 /// How logs are written.
@@ -119,7 +134,7 @@ pub enum LogFormat {
 /// Shortest serving certificate lifetime the operator accepts: renewal comes at two
 /// thirds of it, and the kubelet's sync of a Secret volume (about a minute by default)
 /// and the nodes' 5 s re-read must fit well inside the last third.
-pub const MIN_CERT_LIFETIME: Duration = Duration::from_secs(3 * 60);
+pub const MIN_CERT_LIFETIME: Duration = Duration::from_secs(10 * 60);
 
 /// A serving certificate lifetime: a duration of at least [`MIN_CERT_LIFETIME`].
 fn parse_certificate_lifetime(text: &str) -> Result<Duration, String> {

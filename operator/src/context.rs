@@ -81,12 +81,17 @@ impl Context {
     }
 
     /// The client for `cluster`'s nodes, with the admin token of the cluster's internal
-    /// Secret (created on the cluster's first pass), over TLS when the cluster serves it.
+    /// Secret (created on the cluster's first pass), over TLS when the cluster serves it;
+    /// and how long until the certificate the operator issues for it is due for renewal.
     ///
     /// # Errors
     /// The Secret cannot be made or used (`secrets::ensure`).
-    pub(crate) async fn node_admin(&self, cluster: &ValidatedCluster) -> Result<NodeAdmin> {
+    pub(crate) async fn node_admin(
+        &self,
+        cluster: &ValidatedCluster,
+    ) -> Result<(NodeAdmin, Option<std::time::Duration>)> {
         let tokens = secrets::ensure(&self.client, cluster).await?;
+        let renewal_in = tokens.certificate_renewal_in;
         // Every node serves the cluster's one certificate, valid for each pool's Service
         // name (docs/security.md): the first pool's is the name nodes are verified by.
         let identity = tokens.tls_identity;
@@ -101,10 +106,9 @@ impl Context {
                 )
             }),
         });
-        Ok(NodeAdmin::new(
-            i32::from(cluster.port),
-            Some(tokens.admin),
-            tls,
+        Ok((
+            NodeAdmin::new(i32::from(cluster.port), Some(tokens.admin), tls),
+            renewal_in,
         ))
     }
 

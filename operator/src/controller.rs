@@ -59,7 +59,7 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     ctx.still_leading()?;
     let observed = observe_children(&ctx, &cc).await?;
     let cluster = validate_spec(&ctx, &cc).await?;
-    let admin = node_admin_or_degraded(&ctx, &cc, &cluster).await?;
+    let (admin, renewal_in) = node_admin_or_degraded(&ctx, &cc, &cluster).await?;
     let plans = plan_pools(&ctx, &cc, &cluster, &observed, &admin).await;
     let node_loss = act_on_node_loss(&ctx, &cc, &observed).await?;
     apply_children(&ctx, &cc, &cluster, &observed, &plans).await?;
@@ -67,7 +67,11 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     execute::run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
     record_pool_metrics(&ctx.metrics, &cluster, &plans);
     publish_status(&ctx, &cc, &cluster, &plans).await?;
-    Ok(Action::requeue(next_pass_in(&plans, &node_loss, &observed)))
+    let next = next_pass_in(&plans, &node_loss, &observed);
+    // An issued certificate is renewed on the pass after it is due.
+    Ok(Action::requeue(
+        renewal_in.map_or(next, |due| next.min(due)),
+    ))
 }
 
 /// The cluster's children and pods as they are, owned by `cc`.
@@ -106,7 +110,7 @@ async fn node_admin_or_degraded(
     ctx: &Context,
     cc: &CacheCluster,
     cluster: &ValidatedCluster,
-) -> Result<NodeAdmin> {
+) -> Result<(NodeAdmin, Option<Duration>)> {
     match ctx.node_admin(cluster).await {
         Ok(admin) => Ok(admin),
         Err(err) => {

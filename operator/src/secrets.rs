@@ -68,6 +68,9 @@ pub struct ClusterTokens {
     /// The Secret's certificate and key (PEM), which the operator presents to nodes that
     /// require client certificates (`spec.tls.clientAuth: required`).
     pub tls_identity: Option<(Bytes, Bytes)>,
+    /// How long until the certificate the operator issued for the cluster is due for
+    /// renewal, when it issues one: the next pass comes no later.
+    pub certificate_renewal_in: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for ClusterTokens {
@@ -172,9 +175,11 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
     };
     let issued_tls = match cluster.tls_issued {
         Some(lifetime) if internal_tokens.is_ok() && generated_client_token.is_ok() => {
-            ensure_issued_tls(&api, cluster, &mut provenance, lifetime).await
+            ensure_issued_tls(&api, cluster, &mut provenance, lifetime)
+                .await
+                .map(Some)
         }
-        _ => Ok(()),
+        _ => Ok(None),
     };
     // What was created is recorded even when another Secret failed: an unrecorded
     // Secret of the operator's own would be refused on the next pass.
@@ -183,7 +188,7 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
     }
     let mut tokens = internal_tokens?;
     generated_client_token?;
-    issued_tls?;
+    let certificate_renewal_in = issued_tls?;
     match cluster.client_token.as_ref() {
         Some(token) if token.generated => {}
         Some(token) => {
@@ -218,6 +223,7 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
         admin,
         tls_ca,
         tls_identity,
+        certificate_renewal_in,
     })
 }
 
@@ -422,12 +428,13 @@ fn issued_names(cluster: &ValidatedCluster) -> Vec<String> {
 /// the CA in `<cluster>-ca-key` (made once), its certificate for clients in
 /// `<cluster>-ca`, and the serving certificate nodes mount in `<cluster>-tls`, issued
 /// again when a third of `lifetime` is left, a name is missing or the CA changed.
+/// Returns how long until the serving certificate is due for renewal.
 async fn ensure_issued_tls(
     api: &Api<Secret>,
     cluster: &ValidatedCluster,
     provenance: &mut Provenance,
     lifetime: std::time::Duration,
-) -> Result<()> {
+) -> Result<std::time::Duration> {
     let now = time::OffsetDateTime::now_utc();
     let issuer_name = names::issuer_secret(&cluster.name);
     let failed = |name: &str, source: SecretError| Error::Secret {
@@ -504,6 +511,7 @@ async fn ensure_issued_tls(
             ),
         ]))
     };
+    let renew_after = now.unix_timestamp() + renewal_delay(lifetime);
     let serving = get_or_create(api, cluster, provenance, &tls_name, || {
         let mut secret = owned_secret(cluster, &tls_name, "kubernetes.io/tls", issue()?);
         secret
@@ -511,9 +519,16 @@ async fn ensure_issued_tls(
             .labels
             .get_or_insert_with(BTreeMap::new)
             .insert(SECRET_USE_LABEL.to_owned(), cluster.name.clone());
+        secret.metadata.annotations = Some(renew_after_annotation(renew_after));
         Ok(secret)
     })
     .await?;
+    // When the next pass must look at it: the annotation written with it (the check
+    // below decides from the certificate itself).
+    let due = serving
+        .annotations()
+        .get(RENEW_AFTER_ANNOTATION)
+        .and_then(|value| value.parse::<i64>().ok());
     let held = |key| {
         serving
             .data
@@ -533,12 +548,35 @@ async fn ensure_issued_tls(
             lifetime,
         )
     };
-    if let Some(reason) = reason {
+    let due = if let Some(reason) = reason {
         let data = issue().map_err(|e| failed(&tls_name, e))?;
+        let mut serving = serving;
+        serving
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(renew_after_annotation(renew_after));
         replace_data(api, &tls_name, serving, data).await?;
         tracing::info!(secret = %tls_name, %reason, "issued the cluster's serving certificate again");
-    }
-    Ok(())
+        renew_after
+    } else {
+        due.unwrap_or(renew_after)
+    };
+    let left = due.saturating_sub(now.unix_timestamp()).max(1);
+    Ok(std::time::Duration::from_secs(left.unsigned_abs()))
+}
+
+/// Annotation of `<cluster>-tls`: when (Unix seconds) its certificate is due for
+/// renewal, for the operator's next pass and for whoever looks.
+const RENEW_AFTER_ANNOTATION: &str = "flightcache.dev/renew-after-unix-seconds";
+
+fn renew_after_annotation(at: i64) -> BTreeMap<String, String> {
+    BTreeMap::from([(RENEW_AFTER_ANNOTATION.to_owned(), at.to_string())])
+}
+
+/// Seconds from issuing to renewal: two thirds of the lifetime.
+fn renewal_delay(lifetime: std::time::Duration) -> i64 {
+    i64::try_from((lifetime * 2 / 3).as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Replaces `secret`'s data with `data`, if nobody changed it since it was read.
