@@ -397,9 +397,28 @@ async fn scaling_and_removing_pools_follow_the_spec() {
                 .map(|m| m.id.as_str())
                 .collect();
             assert_eq!(draining, ["demo-hot-2", "demo-hot-3", "demo-hot-4"]);
-            reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
-                .await
-                .unwrap();
+            // A pass whose ring is the one published shrinks it. On a cluster with
+            // kubelets (CI runs these tests on the e2e cluster) the pods get scheduled
+            // meanwhile, and a newly placed pod brings its Node's zone into the ring, so
+            // a pass may publish a new ring first: the likely cause of a CI run whose
+            // second pass did not shrink (not reproduced here in 8 runs). So: passes
+            // until the ring holds still, within 5 s.
+            for _ in 0..10 {
+                reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+                    .await
+                    .unwrap();
+                let replicas = sts_api
+                    .get("demo-hot")
+                    .await
+                    .unwrap()
+                    .spec
+                    .unwrap()
+                    .replicas;
+                if replicas == Some(shards) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
         let sts = sts_api.get("demo-hot").await.unwrap();
         assert_eq!(sts.spec.unwrap().replicas, Some(shards));
