@@ -7,6 +7,8 @@ dry run can use fresh namespaces. Checks assert specific values of the parsed do
 """
 
 import os
+import shutil
+import tarfile
 
 import yaml
 
@@ -19,6 +21,9 @@ APP_VERSION = str(_CHART_YAML["appVersion"])
 CHART_VERSION = str(_CHART_YAML["version"])
 
 SELECTOR = {"app.kubernetes.io/name": "flightcache-operator"}
+
+# The last released chart, as e2e/tests/chart-upgrade installs it before upgrading.
+PREVIOUS_CHART = os.path.join(ROOT, "e2e", "charts", "flightcache-0.1.0.tgz")
 
 
 def example_spec(name):
@@ -360,6 +365,49 @@ def cases(ns):
         ("networkPolicy on, clusterWide, no DNS", {
             "clusterWide": True, "networkPolicy": {"enabled": True, "egress": {"dns": {"enabled": False}}}},
          [], case_network_policy_cluster_wide),
+    ]
+
+
+def reused_values_chart(workdir):
+    """This chart with the previous release's values.yaml in place of its own: what
+    `helm upgrade --reuse-values` renders (helm keeps the installed chart's values, so a
+    value added since has no default). Returns the copy's path."""
+    copy = os.path.join(workdir, "reused-values-chart")
+    shutil.copytree(CHART, copy, ignore=shutil.ignore_patterns("tests"))
+    with tarfile.open(PREVIOUS_CHART) as tar:
+        member = tar.extractfile("flightcache/values.yaml")
+        previous = member.read() if member else b""
+    with open(os.path.join(copy, "values.yaml"), "wb") as fh:
+        fh.write(previous)
+    return copy
+
+
+def case_reused_values(c, docs, ns, release):
+    given = [a for a in args(docs) if a.startswith("--")]
+    empty = [a for a in given if a.endswith("=")]
+    c.true("every operator flag has a value (none rendered from a value the release lacks)",
+           not empty, empty)
+    c.true("no --issued-certificate-lifetime: the operator's default holds",
+           not any(a.startswith("--issued-certificate-lifetime") for a in given), given)
+    c.true("clusterWide kept: no --watch-namespace",
+           not any(a.startswith("--watch-namespace") for a in given), given)
+    c.eq("image tag set on upgrade", pod_spec(docs)["containers"][0]["image"], "flightcache/operator:next")
+    c.eq("no PodDisruptionBudget with one replica", len(of_kind(docs, "PodDisruptionBudget")), 0)
+    c.eq("no NetworkPolicy", len(of_kind(docs, "NetworkPolicy")), 0)
+
+
+def reused_values_cases(ns):
+    """(name, values, extra, check) rendered with reused_values_chart: the values
+    e2e/tests/chart-upgrade installs 0.1.0 with and sets on upgrade."""
+    return [
+        ("helm upgrade --reuse-values from 0.1.0 (clusterWide, dashboards)", {
+            "clusterWide": True, "monitoring": {"dashboards": {"enabled": True}},
+            "image": {"tag": "next"}}, [], case_reused_values),
+        ("helm upgrade --reuse-values from 0.1.0, replicas 2", {
+            "clusterWide": True, "replicas": 2, "image": {"tag": "next"}}, [],
+         lambda c, docs, ns, release: c.eq(
+             "a PodDisruptionBudget of maxUnavailable 1 (a default the release lacked)",
+             [p["spec"]["maxUnavailable"] for p in of_kind(docs, "PodDisruptionBudget")], [1])),
     ]
 
 

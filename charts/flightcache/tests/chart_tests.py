@@ -28,12 +28,12 @@ RELEASE = "fc"
 NS = {"release": "flightcache-system", "a": "team-a", "b": "team-b", "mon": "monitoring"}
 
 
-def render(helm, workdir, key, values, extra):
+def render(helm, workdir, key, values, extra, chart=cases.CHART):
     path = os.path.join(workdir, f"{key}.values.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(values, fh)
     proc = subprocess.run(
-        [helm, "template", RELEASE, cases.CHART, "--namespace", NS["release"], "-f", path, *extra],
+        [helm, "template", RELEASE, chart, "--namespace", NS["release"], "-f", path, *extra],
         capture_output=True, text=True, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -50,12 +50,17 @@ def main():
     jobs = []
     for i, (name, values, extra, check) in enumerate(cases.cases(NS)):
         jobs.append(("case", i, name, values, extra, check))
+    reused_chart = cases.reused_values_chart(workdir)
+    for i, (name, values, extra, check) in enumerate(cases.reused_values_cases(NS)):
+        jobs.append(("reused", i, name, values, extra, check))
     for i, (name, values, kind) in enumerate(cases.invalid_renderings(NS)):
         jobs.append(("invalid", i, name, values, [], kind))
     for i, (name, values, message) in enumerate(cases.refusals(NS)):
         jobs.append(("refusal", i, name, values, [], message))
     with ThreadPoolExecutor(max_workers=8) as pool:
-        outputs = list(pool.map(lambda j: render(helm, workdir, f"{j[0]}-{j[1]}", j[3], j[4]), jobs))
+        outputs = list(pool.map(lambda j: render(
+            helm, workdir, f"{j[0]}-{j[1]}", j[3], j[4],
+            reused_chart if j[0] == "reused" else cases.CHART), jobs))
 
     invalid_files = {}
     for (what, i, name, _values, _extra, arg), (rc, out, err) in zip(jobs, outputs):
