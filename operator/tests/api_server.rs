@@ -455,7 +455,7 @@ async fn tls_cluster_named_demo(client: &Client, prefix: &str) -> TestNamespace 
     let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
     spec.tls = Some(TlsSpec {
         secret_name: Some("certs".into()),
-        client_auth: crds::cachecluster::ClientAuth::None,
+        ..Default::default()
     });
     api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
         .await

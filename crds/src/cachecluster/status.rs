@@ -93,7 +93,7 @@ pub struct GeneratedSecret {
 }
 
 /// Observed state of one pool.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolStatus {
     /// Name of the pool (as in `spec.pools[].name`).
