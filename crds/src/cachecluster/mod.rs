@@ -126,7 +126,8 @@ pub struct CacheClusterSpec {
     pub image: Option<String>,
 
     /// Arrow Flight (gRPC) port of every node and of each pool's client Service. Clients
-    /// connect to `grpc://<cluster>-<pool>.<namespace>.svc:<port>`. Between 1 and 65535;
+    /// connect to `grpc+tls://<cluster>-<pool>.<namespace>.svc:<port>` (`grpc://` with
+    /// `tls.disabled`). Between 1 and 65535;
     /// must differ from `monitoring.metricsPort`.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::PORT).message(rules::PORT_MSG))]

@@ -127,8 +127,8 @@ pub struct PoolStatus {
     #[serde(default)]
     pub ring_version: i64,
 
-    /// Address clients use: `grpc://<cluster>-<pool>.<namespace>.svc:<port>`
-    /// (`grpc+tls://` with TLS).
+    /// Address clients use: `grpc+tls://<cluster>-<pool>.<namespace>.svc:<port>` with
+    /// TLS (the default), `grpc://…` in plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
 
