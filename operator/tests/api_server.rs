@@ -280,9 +280,14 @@ async fn reconcile_creates_owned_children_and_a_second_pass_changes_nothing() {
         ("False".into(), "AsExpected".into())
     );
     let pools = &cc.status.as_ref().unwrap().pools;
+    // TLS by default: no spec.tls, and the operator issued the certificate.
     assert_eq!(
         pools[0].endpoint.as_deref(),
-        Some(format!("grpc://demo-hot.{}.svc:50051", ns.name).as_str())
+        Some(format!("grpc+tls://demo-hot.{}.svc:50051", ns.name).as_str())
+    );
+    assert_eq!(
+        cc.status.as_ref().unwrap().ca_secret.as_deref(),
+        Some("demo-ca")
     );
 
     // Server-side apply is idempotent: a second pass writes no child. (Its status may
