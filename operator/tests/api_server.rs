@@ -382,13 +382,16 @@ async fn scaling_and_removing_pools_follow_the_spec() {
             .await
             .unwrap();
         let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &ns.name);
-        let replicas = sts_api
-            .get("demo-hot")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .replicas;
+        let hot_replicas = || async {
+            sts_api
+                .get("demo-hot")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .replicas
+        };
+        let replicas = hot_replicas().await;
         if shards < 5 {
             // Scale-in: the first pass publishes the leaving nodes as draining and keeps
             // them; the StatefulSet shrinks on the next pass, once nothing is left to
@@ -412,14 +415,7 @@ async fn scaling_and_removing_pools_follow_the_spec() {
                 reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
                     .await
                     .unwrap();
-                let replicas = sts_api
-                    .get("demo-hot")
-                    .await
-                    .unwrap()
-                    .spec
-                    .unwrap()
-                    .replicas;
-                if replicas == Some(shards) {
+                if hot_replicas().await == Some(shards) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
