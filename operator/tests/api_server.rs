@@ -1319,6 +1319,7 @@ async fn a_cluster_an_earlier_operator_served_in_plaintext_stays_so_until_spec_t
     assert_eq!(status.ca_secret.as_deref(), Some("demo-ca"));
     assert!(secrets.get_opt("demo-tls").await.unwrap().is_some());
     assert!(mounts_tls(statefulsets.get("demo-hot").await.unwrap()));
+    ns.delete().await;
 }
 
 #[tokio::test]
