@@ -122,7 +122,8 @@ pub struct Cli {
     #[arg(long, env = "FLIGHTCACHE_LOCATION_MODE")]
     pub location_mode: Option<LocationMode>,
     /// Most Flight connections open at once; further ones are closed as they are
-    /// accepted [default: 10000].
+    /// accepted [default: as many as fit in a quarter of the memory outside the cache
+    /// budget at 64 KiB each, from 256 to 10000; 10000 without a container memory limit].
     #[arg(long, env = "FLIGHTCACHE_MAX_CONNECTIONS")]
     pub max_connections: Option<u64>,
     /// Most Flight connections one client address may hold open at once; further ones
@@ -436,9 +437,40 @@ pub const DEFAULT_MAX_READ_STALL: Duration = Duration::from_secs(30);
 /// a large upload on a slow link, far below "forever".
 pub const DEFAULT_MAX_CALL_DURATION: Duration = Duration::from_secs(300);
 
-/// Default of `--max-connections`: far above what a pool's clients and peers open, far
-/// below the file descriptors a pod gets.
+/// Most connections a node allows by default (and its default without a container
+/// memory limit): far above what a pool's clients and peers open, far below the file
+/// descriptors a pod gets.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Fewest connections a node sized to its memory allows by default: the operator, the
+/// peers, the kubelet's probes and a couple of hundred client connections.
+pub const MIN_DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// What one open connection may cost the node while idle, TLS included: ~22 KiB in
+/// plaintext and ~31 KiB over TLS measured (`request_limits.rs`), rounded up.
+pub const CONNECTION_BYTES: u64 = 64 << 10;
+
+/// The default connection cap lets idle connections take at most this share (1/N) of the
+/// memory outside the cache budget; the rest absorbs in-flight messages and the node's
+/// own code and buffers.
+const CONNECTIONS_MEMORY_DIVISOR: u64 = 4;
+
+/// The default `--max-connections` of a node in a container limited to
+/// `memory_limit_bytes` with a cache budget of `budget_bytes`: as many idle connections
+/// as fit in a quarter of the memory outside the budget at [`CONNECTION_BYTES`] each,
+/// from [`MIN_DEFAULT_MAX_CONNECTIONS`] to [`DEFAULT_MAX_CONNECTIONS`]. A 499 MiB pod with
+/// the operator's budget (80% of the limit less 48 MiB) gets 552; 2 GiB, 1,792; 16 GiB
+/// and more, 10,000. Without a limit, [`DEFAULT_MAX_CONNECTIONS`].
+pub fn default_max_connections(memory_limit_bytes: Option<u64>, budget_bytes: u64) -> usize {
+    let Some(limit) = memory_limit_bytes else {
+        return DEFAULT_MAX_CONNECTIONS;
+    };
+    let fitting =
+        limit.saturating_sub(budget_bytes) / CONNECTIONS_MEMORY_DIVISOR / CONNECTION_BYTES;
+    usize::try_from(fitting)
+        .unwrap_or(usize::MAX)
+        .clamp(MIN_DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
+}
 
 /// `--max-connections-per-source`: at least 1 and at most `max_connections`; by default a
 /// quarter of it, so one client address cannot take every place from the operator, the
@@ -459,9 +491,9 @@ fn pick_max_connections_per_source(
     }
 }
 
-fn pick_max_connections(value: Option<u64>) -> Result<usize, ConfigError> {
+fn pick_max_connections(value: Option<u64>, default: usize) -> Result<usize, ConfigError> {
     match value {
-        None => Ok(DEFAULT_MAX_CONNECTIONS),
+        None => Ok(default),
         Some(0) => Err(ConfigError::Invalid {
             field: "max-connections (maxConnections)",
             reason: "must be at least 1".into(),
@@ -476,14 +508,24 @@ impl Config {
     /// # Errors
     /// clap exits itself on bad flags; otherwise [`ConfigError`] naming the field.
     pub fn load() -> Result<Self, ConfigError> {
-        Self::from_cli(Cli::parse())
+        Self::from_cli_within(Cli::parse(), crate::cgroup::memory_limit_bytes())
     }
 
-    /// Builds the configuration from parsed flags (tests call this directly).
+    /// Builds the configuration from parsed flags, as for a process without a container
+    /// memory limit (tests call this directly).
     ///
     /// # Errors
     /// [`ConfigError`] naming the field.
     pub fn from_cli(cli: Cli) -> Result<Self, ConfigError> {
+        Self::from_cli_within(cli, None)
+    }
+
+    /// Builds the configuration from parsed flags for a process in a container limited
+    /// to `memory_limit_bytes` (the defaults sized to memory follow it).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the field.
+    pub fn from_cli_within(cli: Cli, memory_limit_bytes: Option<u64>) -> Result<Self, ConfigError> {
         let Cli {
             listen,
             metrics_listen,
@@ -638,7 +680,10 @@ impl Config {
                 reason: "the client, admin and peer tokens must all differ".into(),
             });
         }
-        let max_connections = pick_max_connections(max_connections.or(file.max_connections))?;
+        let max_connections = pick_max_connections(
+            max_connections.or(file.max_connections),
+            default_max_connections(memory_limit_bytes, store.budget_bytes),
+        )?;
         Ok(Self {
             listen,
             metrics_listen,
@@ -883,6 +928,44 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    #[test]
+    fn the_default_connection_cap_follows_the_memory_outside_the_budget() {
+        // The operator's budget: 80% of the limit less 48 MiB.
+        let operator_budget = |limit: u64| (limit - (48 << 20)) / 100 * 80;
+        let cap = |limit: u64| default_max_connections(Some(limit), operator_budget(limit));
+        assert_eq!(cap(499 << 20), 552);
+        assert_eq!(cap(2 << 30), 1_792);
+        assert_eq!(cap(16 << 30), DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(cap(64 << 20), MIN_DEFAULT_MAX_CONNECTIONS);
+        // What the cap lets idle connections take stays within a quarter of what is
+        // outside the budget (above the floor).
+        for limit in [499u64 << 20, 1 << 30, 2 << 30, 8 << 30] {
+            let outside = limit - operator_budget(limit);
+            assert!(
+                cap(limit) as u64 * CONNECTION_BYTES <= outside / 4,
+                "{limit}"
+            );
+        }
+        assert_eq!(
+            default_max_connections(None, 1 << 30),
+            DEFAULT_MAX_CONNECTIONS
+        );
+        // A flag or the config file wins over the default.
+        let config = Config::from_cli_within(
+            cli(&["--max-connections", "9000"]).unwrap(),
+            Some(499 << 20),
+        )
+        .unwrap();
+        assert_eq!(config.max_connections, 9000);
+        let config = Config::from_cli_within(
+            cli(&["--memory-budget", "256MiB"]).unwrap(),
+            Some(512 << 20),
+        )
+        .unwrap();
+        assert_eq!(config.max_connections, 1024);
+        assert_eq!(config.max_connections_per_source, 256);
+    }
 
     fn cli(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("flightcache-node").chain(args.iter().copied()))

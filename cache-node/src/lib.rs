@@ -36,6 +36,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod dial;
 pub mod error;
 pub mod flight;
 pub mod headers;

@@ -209,8 +209,8 @@ pub struct Metrics {
     pub connections_refused_per_source: Counter,
     /// Connections closed because they carried no authenticated call within their limit.
     pub unauthenticated_connections_closed: Counter,
-    /// Local-hit answers whose reader took no frame for `--max-read-stall`: their frames
-    /// were let go.
+    /// Local-hit and listing answers whose reader took nothing for `--max-read-stall`:
+    /// what was left of them was let go.
     pub stalled_reads: Counter,
     /// TLS handshakes that failed or timed out.
     pub tls_handshake_failures: Counter,
@@ -389,7 +389,7 @@ impl Metrics {
         let stalled_reads = Counter::default();
         registry.register(
             "stalled_reads",
-            "DoGet answers whose reader took nothing for --max-read-stall; the node let go of their bytes",
+            "DoGet and ListFlights answers whose reader took nothing for --max-read-stall; the node let go of their bytes",
             stalled_reads.clone(),
         );
         let tls_handshake_failures = Counter::default();

@@ -255,6 +255,11 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
     let rotated_tokens = config.client_token_file.map(|path| (path, auth.clone()));
     let tls = config.tls.map(ServedTls::load).transpose()?;
     let peers = peers_for(&core.metrics, &auth, tls.as_ref(), max_entry_bytes);
+    // DoGet answers (the relay's) and listings (the service's) whose client stops reading.
+    let stalled_readers = crate::wire::stall::StallWatch::start(
+        config.max_read_stall,
+        core.metrics.stalled_reads.clone(),
+    );
     let service = FlightCacheService::new(
         Arc::clone(&core.store),
         Arc::clone(&core.live),
@@ -262,6 +267,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         auth.clone(),
         Arc::clone(&core.routing),
         peers.clone(),
+        stalled_readers.clone(),
     );
     let flight_service = layered(
         &service,
@@ -269,7 +275,7 @@ pub async fn start(config: Config, clock: Arc<dyn Clock>) -> Result<RunningNode,
         &peers,
         auth,
         max_entry_bytes,
-        config.max_read_stall,
+        stalled_readers,
     );
 
     let (flight_listener, flight_addr) = bind(config.listen).await?;
@@ -417,7 +423,7 @@ fn layered(
     peers: &Peers,
     auth: Auth,
     max_entry_bytes: u64,
-    max_read_stall: Duration,
+    stalled_readers: crate::wire::stall::StallWatch,
 ) -> LayeredFlight {
     // Messages up to the largest entry (or 64 MiB) are accepted, so clients that send a
     // big batch as one message work; anything larger is refused by the max entry size.
@@ -430,10 +436,7 @@ fn layered(
         metrics: Arc::clone(&core.metrics),
         routing: Arc::clone(&core.routing),
         peers: peers.clone(),
-        stalled_readers: crate::wire::stall::StallWatch::start(
-            max_read_stall,
-            core.metrics.stalled_reads.clone(),
-        ),
+        stalled_readers,
     };
     // Forwarded DoGets are relayed at the HTTP/2 level, without re-encoding.
     let flight_service = IntakeLayer::new(flight_service, Arc::clone(&core.store));

@@ -555,6 +555,16 @@ async fn scrape_counter(node: &NodeProcess, name: &str) -> f64 {
 /// A DoGet whose answer is never read, on a raw HTTP/2 connection with the default 64 KiB
 /// window: the response future is held, its body never polled.
 async fn stalled_doget(addr: &str, key: &str) -> tokio::task::JoinHandle<()> {
+    // gRPC message: Ticket { ticket (field 1): bytes }.
+    let ticket = [b"FCT\x01P".as_slice(), key.as_bytes()].concat();
+    let mut message = vec![0x0a, u8::try_from(ticket.len()).unwrap()];
+    message.extend_from_slice(&ticket);
+    stalled_call(addr, "DoGet", message).await
+}
+
+/// A call of Flight method `method` with the protobuf `message` whose answer is never
+/// read (see [`stalled_doget`]).
+async fn stalled_call(addr: &str, method: &str, message: Vec<u8>) -> tokio::task::JoinHandle<()> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
     let driver = tokio::spawn(async move {
@@ -564,7 +574,7 @@ async fn stalled_doget(addr: &str, key: &str) -> tokio::task::JoinHandle<()> {
     let request = http::Request::builder()
         .method("POST")
         .uri(format!(
-            "http://{addr}/arrow.flight.protocol.FlightService/DoGet"
+            "http://{addr}/arrow.flight.protocol.FlightService/{method}"
         ))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
@@ -572,10 +582,7 @@ async fn stalled_doget(addr: &str, key: &str) -> tokio::task::JoinHandle<()> {
         .body(())
         .unwrap();
     let (response, mut send) = client.send_request(request, false).unwrap();
-    // gRPC message: no compression, length, then Ticket { ticket (field 1): bytes }.
-    let ticket = [b"FCT\x01P".as_slice(), key.as_bytes()].concat();
-    let mut message = vec![0x0a, u8::try_from(ticket.len()).unwrap()];
-    message.extend_from_slice(&ticket);
+    // gRPC message: no compression, length, then the message.
     let mut framed = vec![0u8];
     framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
     framed.extend_from_slice(&message);
@@ -686,6 +693,30 @@ async fn a_small_answer_that_is_never_read_is_let_go_too() {
 }
 
 #[tokio::test]
+async fn a_listing_that_is_never_read_is_let_go() {
+    let node = NodeProcess::start_with(&["--max-read-stall", "1s"], None).await;
+    let client = node.client().await;
+    // 40 keys of ~30 KB: each FlightInfo carries its key twice (descriptor and ticket),
+    // so the ~2.4 MB listing holds its infos far past the reader's 64 KiB window.
+    let long = "k".repeat(30_000);
+    for i in 0..40 {
+        let batch = common::sample_batch(4, i);
+        put_batches(client.clone(), &format!("listed/{i}/{long}"), vec![batch]).await;
+    }
+    // Criteria { expression (field 1): the path prefix }.
+    let prefix = b"listed";
+    let mut message = vec![0x0a, u8::try_from(prefix.len()).unwrap()];
+    message.extend_from_slice(prefix);
+    let reader = stalled_call(&node.addr, "ListFlights", message).await;
+    // The limit, then the sweeper's period (a quarter of it) and margin for a busy machine.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stalled = scrape_counter(&node, "flightcache_node_stalled_reads_total").await;
+    println!("an unread listing of 40 ~60 KB infos, 1 s stall limit: {stalled} let go");
+    assert_eq!(stalled, 1.0, "the unread listing still holds its infos");
+    reader.abort();
+}
+
+#[tokio::test]
 async fn two_thousand_connections_cost_little_and_the_limit_holds() {
     let node = NodeProcess::start_with(
         &[
@@ -717,9 +748,12 @@ async fn two_thousand_connections_cost_little_and_the_limit_holds() {
     );
     assert_eq!(open.len(), 1000);
     assert_eq!(refused, 1000);
-    // Budget: an idle authenticated-nothing HTTP/2 connection costs the node its socket
-    // buffers and h2 state (tens of KiB); 1,000 of them well under 64 MiB.
-    assert!(grown < 64 << 20, "RSS grew {grown} bytes");
+    // Budget: what the default connection cap assumes a connection costs
+    // (cache_node::config::CONNECTION_BYTES, 64 KiB), 1,000 times.
+    assert!(
+        grown < 1000 * cache_node::config::CONNECTION_BYTES,
+        "RSS grew {grown} bytes"
+    );
     assert_eq!(
         scrape_counter(&node, "flightcache_node_connections_refused_total").await,
         1000.0
@@ -733,6 +767,88 @@ async fn two_thousand_connections_cost_little_and_the_limit_holds() {
     while h2_answers(&node.addr).await.is_none() {
         assert!(Instant::now() < deadline, "no place was freed");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_tls_connection_costs_less_than_the_default_cap_assumes() {
+    use std::sync::Arc;
+    const WARM: usize = 20;
+    const CONNECTIONS: usize = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let node = NodeProcess::start_with(
+        &[
+            "--tls-cert-file",
+            cert,
+            "--tls-key-file",
+            key,
+            "--tls-ca-file",
+            cert,
+            "--max-connections",
+            "2000",
+            "--max-connections-per-source",
+            "2000",
+        ],
+        None,
+    )
+    .await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    // Each connection answers one call with the token, so the node keeps it open.
+    let open_one = || {
+        let connector = connector.clone();
+        let addr = node.addr.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let tls = connector.connect(name, tcp).await.unwrap();
+            let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+            let driver = tokio::spawn(connection);
+            let status = h2_status(&mut client, get_flight_info(&addr, true))
+                .await
+                .unwrap();
+            assert_ne!(status, "16", "the call was not admitted");
+            (client, driver)
+        }
+    };
+    // The first connections pay for what TLS sets up once (session caches, the
+    // allocator's arenas): not a connection's cost.
+    let mut open = Vec::new();
+    for _ in 0..WARM {
+        open.push(open_one().await);
+    }
+    let baseline = node.resident_bytes();
+    for _ in 0..CONNECTIONS {
+        open.push(open_one().await);
+    }
+    let per_connection = node.resident_bytes().saturating_sub(baseline) / CONNECTIONS as u64;
+    let budget = cache_node::config::CONNECTION_BYTES;
+    println!(
+        "{CONNECTIONS} idle TLS connections, each after one admitted call: {:.1} KiB of the \
+         node's RSS each (budget {} KiB: what the default connection cap assumes)",
+        per_connection as f64 / 1024.0,
+        budget >> 10
+    );
+    assert!(
+        per_connection < budget,
+        "a TLS connection costs {per_connection} bytes"
+    );
+    for (_, driver) in &open {
+        driver.abort();
     }
 }
 

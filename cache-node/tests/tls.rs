@@ -533,3 +533,122 @@ async fn counter(node: &RunningNode, name: &str) -> u64 {
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
+
+/// A server whose kernel accepts connections that its process never answers: a frozen
+/// (SIGSTOP) node. Returns its port and the task holding the accepted connections.
+async fn silent_server() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            kept.push(stream);
+        }
+    });
+    (port, held)
+}
+
+#[tokio::test]
+async fn a_tls_channel_to_a_frozen_server_fails_within_its_connect_timeout() {
+    // The peers' and the load generator's channels (cache_node::dial): the TLS handshake
+    // is inside the connect timeout, so calls queued on a connection to a frozen node
+    // fail (a transport error) and go elsewhere instead of waiting out their deadlines.
+    const CONNECT: Duration = Duration::from_millis(500);
+    // The bound is the connect timeout; four times it leaves room for a loaded machine.
+    const BUDGET: Duration = Duration::from_secs(2);
+    let (port, held) = silent_server().await;
+    let pki = Pki::new("frozen CA");
+    let endpoint = Channel::from_shared(format!("https://localhost:{port}"))
+        .unwrap()
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pki.ca_pem())))
+        .unwrap()
+        .connect_timeout(CONNECT);
+    let started = Instant::now();
+    let mut bounded = FlightClient::new(cache_node::dial::lazy_channel(&endpoint));
+    let answer = tokio::time::timeout(Duration::from_secs(10), action(&mut bounded, "ping", b""))
+        .await
+        .expect("the call waited 10 s: the TLS handshake was not bounded");
+    let elapsed = started.elapsed();
+    let err = answer.expect_err("a silent server answered");
+    println!(
+        "the call failed after {elapsed:?} (connect timeout {CONNECT:?}, budget {BUDGET:?}): {err}"
+    );
+    assert!(elapsed < BUDGET, "{elapsed:?}");
+    // The error a TCP connect timeout gives too, which callers already fail over on.
+    assert!(err.to_string().contains("transport error"), "{err}");
+    // The control: tonic's lazy channel bounds only the TCP connect, and the call waits
+    // in the handshake.
+    let mut unbounded = FlightClient::new(endpoint.connect_lazy());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), action(&mut unbounded, "ping", b""))
+            .await
+            .is_err(),
+        "tonic's own lazy channel gave up on the handshake: the bound is no longer needed"
+    );
+    held.abort();
+}
+
+#[tokio::test]
+async fn calls_queued_on_a_channel_to_a_frozen_server_all_fail_with_its_first_connect() {
+    // tonic hands a failed connect's error to one queued call and connects again for the
+    // next: without cache_node::dial's guard the k-th of these calls failed after k
+    // connect timeouts (8 calls: 4 s), as relayed reads queued on a peer's channel did
+    // in the changes e2e's node-frozen over TLS (one outlived its client's 5 s deadline).
+    const CONNECT: Duration = Duration::from_millis(500);
+    const CALLS: usize = 8;
+    // The promise is one connect timeout for every queued call; four times it leaves room
+    // for a loaded machine and is half of what the serial failures took.
+    const BUDGET: Duration = Duration::from_secs(2);
+    let (port, held) = silent_server().await;
+    let pki = Pki::new("frozen CA");
+    let endpoint = Channel::from_shared(format!("https://localhost:{port}"))
+        .unwrap()
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pki.ca_pem())))
+        .unwrap()
+        .connect_timeout(CONNECT);
+    let channel = cache_node::dial::lazy_channel(&endpoint);
+    let started = Instant::now();
+    let calls = (0..CALLS).map(|_| {
+        let mut client = FlightClient::new(channel.clone());
+        async move {
+            let answer =
+                tokio::time::timeout(Duration::from_secs(10), action(&mut client, "ping", b""))
+                    .await
+                    .expect("a queued call waited 10 s");
+            (started.elapsed(), answer)
+        }
+    });
+    let failed = futures::future::join_all(calls).await;
+    let slowest = failed.iter().map(|(took, _)| *took).max().unwrap();
+    println!(
+        "{CALLS} calls queued on one channel to a silent server failed by {slowest:?} \
+         (connect timeout {CONNECT:?}, budget {BUDGET:?}; one at a time they took {:?})",
+        CONNECT * CALLS as u32
+    );
+    for (took, answer) in &failed {
+        let err = answer
+            .as_ref()
+            .expect_err("a silent server answered")
+            .to_string();
+        // The first: the connect timed out; the others: the guard's refusal, which says why.
+        assert!(
+            err.contains("transport error") || err.contains("the last connection got no answer"),
+            "{err}"
+        );
+        assert!(*took < BUDGET, "a queued call failed after {took:?}");
+    }
+    // Once SILENT_PEER_SKIPPED_FOR is over the channel connects again (a node that is
+    // back is reached): this call waits out a whole connect timeout, not a refusal.
+    tokio::time::sleep(cache_node::dial::SILENT_PEER_SKIPPED_FOR).await;
+    let mut client = FlightClient::new(channel.clone());
+    let again = Instant::now();
+    let answer = action(&mut client, "ping", b"").await;
+    let took = again.elapsed();
+    println!("a call after the skip window failed after {took:?}");
+    assert!(answer.is_err());
+    assert!(
+        took >= CONNECT,
+        "the channel did not try to connect again after {took:?}"
+    );
+    held.abort();
+}

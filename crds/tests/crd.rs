@@ -250,6 +250,11 @@ fn every_rule_sits_on_its_field_with_its_message() {
             rules::CLIENT_AUTH_NEEDS_SECRET,
             rules::CLIENT_AUTH_NEEDS_SECRET_MSG,
         ),
+        (
+            "spec.tls",
+            rules::TLS_DISABLED_ALONE,
+            rules::TLS_DISABLED_ALONE_MSG,
+        ),
     ];
     let mut found = 0;
     for (path, rule, message) in expected {

@@ -48,3 +48,24 @@ uninstall_operator() {
     --prefix --max-log-requests 4 >"$STATE/logs/operator-${SUITE:-e2e}.log" 2>&1 || true
   "$ROOT/scripts/helm" uninstall flightcache -n "$SYSTEM_NS" --kubeconfig "$KUBECONFIG_FILE" >/dev/null 2>&1 || true
 }
+
+# trust_cluster_ca NS CLUSTER [SECONDS]: the TLS every CacheCluster serves by default. Waits
+# (SECONDS, default 60) until status.caSecret names the Secret with the CA of the certificate
+# the operator issued, writes its ca.crt to $STATE/ca/NS-CLUSTER.crt and exports its path as
+# FLIGHTCACHE_TLS_CA (pyarrow: flight_client.py, pyarrow_load.py and the admin scripts) and
+# FLIGHTCACHE_LOAD_TLS_CA (flightcache-load): the clients the suite starts from then on dial
+# grpc+tls:// and trust it (`e2e/cluster exec-client` keeps the environment).
+trust_cluster_ca() {
+  local ns=$1 cluster=$2 limit=${3:-60} secret="" path
+  local deadline=$((SECONDS + limit))
+  until secret=$(kctl -n "$ns" get cachecluster "$cluster" -o jsonpath='{.status.caSecret}' 2>/dev/null) &&
+    [[ -n $secret ]] && kctl -n "$ns" get secret "$secret" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+  mkdir -p "$STATE/ca"
+  path=$STATE/ca/$ns-$cluster.crt
+  kctl -n "$ns" get secret "$secret" -o jsonpath='{.data.ca\.crt}' | base64 -d >"$path"
+  grep -q "BEGIN CERTIFICATE" "$path" || return 1
+  export FLIGHTCACHE_TLS_CA=$path FLIGHTCACHE_LOAD_TLS_CA=$path
+}

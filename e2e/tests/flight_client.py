@@ -64,11 +64,16 @@ def table(rows: int, seed: int = 0) -> pa.Table:
 
 
 def dial(host: str, port: str) -> flight.FlightClient:
-    """A client for HOST:PORT with the pool's client settings (grpc_options): TLS trusting
-    FLIGHTCACHE_TLS_CA when it is set, presenting the client certificate
-    FLIGHTCACHE_TLS_CLIENT_CERT / _KEY when those are set too."""
+    """A client for HOST:PORT with the pool's client settings (grpc_options), over TLS as
+    `open_client`."""
+    return open_client(host, port, generic_options=grpc_options())
+
+
+def open_client(host: str, port, **options) -> flight.FlightClient:
+    """A client for HOST:PORT: TLS trusting FLIGHTCACHE_TLS_CA when it is set (the CA of
+    the Secret `status.caSecret` names, by default), presenting the client certificate
+    FLIGHTCACHE_TLS_CLIENT_CERT / _KEY when those are set too; plaintext without it."""
     ca = os.environ.get("FLIGHTCACHE_TLS_CA")
-    options = {"generic_options": grpc_options()}
     if not ca:
         return flight.connect(f"grpc://{host}:{port}", **options)
     read = lambda path: open(path, "rb").read()  # noqa: E731

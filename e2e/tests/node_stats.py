@@ -15,16 +15,20 @@ reach every node: the check is repeated until it holds, for at most WAIT seconds
 """
 
 import json
+import os
 import sys
 import time
 
 import pyarrow.flight as flight
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flight_client import open_client  # noqa: E402
+
 SHOWN = ["entries", "usedBytes", "ttl", "ttlMode", "eviction", "maxEntries", "budgetBytes", "ringVersion", "replicas"]
 
 
 def stats(host: str, token: str) -> dict:
-    client = flight.connect(f"grpc://{host}:50051")
+    client = open_client(host, 50051)
     try:
         options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())], timeout=5)
         results = list(client.do_action(flight.Action("stats", b""), options))

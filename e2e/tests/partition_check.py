@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 sys.path.insert(0, os.path.dirname(__file__))
-from flight_client import dial, put, ticket  # noqa: E402
+from flight_client import dial, open_client, put, ticket  # noqa: E402
 
 ROWS = 20
 OLD, NEW = 1, 2
@@ -112,7 +112,7 @@ def change(session: Session, i: int, overwrite: bool) -> dict:
 
 def own_copies(pod_host: str, peer_token: str) -> dict:
     """fresh/<i> -> version of this pod's own copy (None: listed, gone before the read)."""
-    client = flight.connect(f"grpc://{pod_host}:50051")
+    client = open_client(pod_host, 50051)
     options = flight.FlightCallOptions(
         headers=[(b"authorization", f"Bearer {peer_token}".encode()),
                  (b"x-flightcache-forwarded", b"partition-check")], timeout=10)

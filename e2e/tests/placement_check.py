@@ -12,16 +12,20 @@ key's second copy in another zone whenever one exists: docs/failure-model.md, pl
 """
 
 import collections
+import os
 import sys
 
 import pyarrow.flight as flight
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flight_client import open_client  # noqa: E402
 
 # Each node lists at most 10,000 entries (docs/cache-node.md, ListFlights).
 MAX_LISTED = 10_000
 
 
 def own_keys(host: str, token: str, prefix: str) -> list[str]:
-    client = flight.connect(f"grpc://{host}:50051")
+    client = open_client(host, 50051)
     try:
         options = flight.FlightCallOptions(
             headers=[(b"authorization", f"Bearer {token}".encode()),

@@ -36,7 +36,10 @@ pub struct Context {
     /// False once the API server refused a pod resize: memory changes then restart.
     pub resize_supported: std::sync::atomic::AtomicBool,
     /// The clusters whose ServiceMonitor was unavailable on their last pass.
-    pub(crate) monitors_unavailable: UnavailableMonitors,
+    pub(crate) monitors_unavailable: Ongoing,
+    /// The clusters kept in plaintext (`ValidatedCluster::plaintext_kept`) on their last
+    /// pass.
+    pub(crate) plaintext_kept: Ongoing,
     /// What reading Nodes (for ring zones) has warned about already.
     pub node_read_warnings: observe::NodeReadWarnings,
     /// With leader election: this replica's term, checked before each write of a pass.
@@ -56,7 +59,8 @@ impl Context {
             defaults,
             metrics,
             resize_supported: std::sync::atomic::AtomicBool::new(true),
-            monitors_unavailable: UnavailableMonitors::default(),
+            monitors_unavailable: Ongoing::default(),
+            plaintext_kept: Ongoing::default(),
             node_read_warnings: observe::NodeReadWarnings::default(),
             term: None,
         }
@@ -161,24 +165,20 @@ fn bounded_note(note: String) -> String {
     warnings::bounded(note, EVENT_NOTE_MAX_BYTES)
 }
 
-/// The clusters (namespace, name) whose ServiceMonitor was unavailable on their last
-/// pass, so `ServiceMonitorUnavailable` is published when that starts, not on every pass
-/// while it lasts. Kept in memory: a restarted operator reports it once more.
+/// The clusters (namespace, name) for which a lasting state held on their last pass
+/// (a ServiceMonitor unavailable, plaintext kept), so its Warning is published when it
+/// starts, not on every pass while it lasts. Kept in memory: a restarted operator
+/// reports it once more.
 #[derive(Debug, Default)]
-pub(crate) struct UnavailableMonitors(Mutex<BTreeSet<(String, String)>>);
+pub(crate) struct Ongoing(Mutex<BTreeSet<(String, String)>>);
 
-impl UnavailableMonitors {
-    /// Records whether the ServiceMonitor of `namespace/name` is unavailable on this
-    /// pass; true when it just became so (it was not on the cluster's last pass).
-    pub(crate) fn became_unavailable(
-        &self,
-        namespace: &str,
-        name: &str,
-        unavailable: bool,
-    ) -> bool {
+impl Ongoing {
+    /// Records whether the state holds for `namespace/name` on this pass; true when it
+    /// just began (it did not on the cluster's last pass).
+    pub(crate) fn began(&self, namespace: &str, name: &str, holds: bool) -> bool {
         let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (namespace.to_owned(), name.to_owned());
-        if unavailable {
+        if holds {
             set.insert(key)
         } else {
             set.remove(&key);
@@ -237,20 +237,20 @@ mod tests {
     }
 
     #[test]
-    fn service_monitor_unavailable_is_published_when_it_starts_not_on_every_pass() {
-        let memory = UnavailableMonitors::default();
+    fn a_lasting_warning_is_published_when_it_starts_not_on_every_pass() {
+        let memory = Ongoing::default();
         // The transition: first pass without the ServiceMonitor resource.
-        assert!(memory.became_unavailable("ns", "demo", true));
+        assert!(memory.began("ns", "demo", true));
         // The repeat: later passes while it lasts.
-        assert!(!memory.became_unavailable("ns", "demo", true));
-        assert!(!memory.became_unavailable("ns", "demo", true));
+        assert!(!memory.began("ns", "demo", true));
+        assert!(!memory.began("ns", "demo", true));
         // Another cluster has its own transition.
-        assert!(memory.became_unavailable("ns", "other", true));
+        assert!(memory.began("ns", "other", true));
         // Available again (or turned off), then unavailable: a new transition.
-        assert!(!memory.became_unavailable("ns", "demo", false));
-        assert!(memory.became_unavailable("ns", "demo", true));
+        assert!(!memory.began("ns", "demo", false));
+        assert!(memory.began("ns", "demo", true));
         // A deleted cluster is forgotten: a new one of that name starts afresh.
         memory.forget("ns", "demo");
-        assert!(memory.became_unavailable("ns", "demo", true));
+        assert!(memory.began("ns", "demo", true));
     }
 }

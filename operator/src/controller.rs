@@ -295,13 +295,26 @@ async fn report_applied(
     let namespace = cc.namespace().unwrap_or_default();
     if ctx
         .monitors_unavailable
-        .became_unavailable(&namespace, &cluster.name, unavailable)
+        .began(&namespace, &cluster.name, unavailable)
     {
         ctx.warn(
             cc,
             Warning::ServiceMonitorUnavailable,
             "spec.monitoring.serviceMonitor is on, but this cluster has no monitoring.coreos.com \
              ServiceMonitor resource",
+        )
+        .await;
+    }
+    if ctx
+        .plaintext_kept
+        .began(&namespace, &cluster.name, cluster.plaintext_kept)
+    {
+        ctx.warn(
+            cc,
+            Warning::PlaintextKept,
+            "spec.tls is unset, which now means TLS, but an earlier operator served this \
+             cluster in plaintext (status shows grpc:// endpoints); it stays plaintext so its \
+             clients keep working",
         )
         .await;
     }
@@ -453,6 +466,7 @@ pub async fn run(ctx: Arc<Context>, watch_namespace: Option<&str>) -> anyhow::Re
                         let namespace = object.namespace.as_deref().unwrap_or_default();
                         ctx.metrics.pools.forget_cluster(namespace, &object.name);
                         ctx.monitors_unavailable.forget(namespace, &object.name);
+                        ctx.plaintext_kept.forget(namespace, &object.name);
                     }
                     Err(err) => tracing::debug!(error = %err, "reconcile did not complete"),
                 }

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crds::cachecluster::{AuthSpec, CacheCluster, FieldError, InvalidSpec, PoolSpec};
+use crds::cachecluster::{AuthSpec, CacheCluster, FieldError, InvalidSpec, PoolSpec, TlsSpec};
 
 use crate::build::names::{self, GENERATED_TOKEN_KEY};
 use crds::node_config::{EvictionPolicy, LocationMode, TtlMode};
@@ -97,6 +97,9 @@ pub struct ValidatedCluster {
     pub tls_issued: Option<std::time::Duration>,
     /// Whether nodes require client certificates (only with `tls_secret`).
     pub tls_client_auth: crds::cachecluster::ClientAuth,
+    /// `spec.tls` is unset and an earlier operator served the cluster in plaintext: it
+    /// stays plaintext (with a Warning) rather than breaking its clients.
+    pub plaintext_kept: bool,
     /// Who may reach the nodes; none when `spec.networkPolicy.disabled`.
     pub network_policy: Option<ValidatedNetworkPolicy>,
     /// Image pull policy of node containers.
@@ -225,7 +228,8 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         return Err(InvalidSpec { errors });
     }
     let client_token = client_token(&name, cc.spec.auth.clone().unwrap_or_default());
-    let tls_secret = cc.spec.tls.as_ref().map(|tls| {
+    let (tls, plaintext_kept) = served_tls(cc);
+    let tls_secret = tls.as_ref().map(|tls| {
         tls.secret_name
             .clone()
             .unwrap_or_else(|| names::issued_tls_secret(&name))
@@ -240,18 +244,12 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
         service_monitor: cc.spec.monitoring.service_monitor,
         client_token,
         tls_secret,
-        tls_issued: cc
-            .spec
-            .tls
+        tls_issued: tls
             .as_ref()
             .filter(|tls| tls.secret_name.is_none())
             .map(|_| defaults.issued_certificate_lifetime),
-        tls_client_auth: cc
-            .spec
-            .tls
-            .as_ref()
-            .map(|tls| tls.client_auth)
-            .unwrap_or_default(),
+        tls_client_auth: tls.as_ref().map(|tls| tls.client_auth).unwrap_or_default(),
+        plaintext_kept,
         network_policy: network_policy(
             cc.spec.network_policy.clone().unwrap_or_default(),
             defaults,
@@ -268,6 +266,32 @@ pub fn validate(cc: &CacheCluster, defaults: &Defaults) -> Result<ValidatedClust
             .status
             .as_ref()
             .is_some_and(|status| !status.pools.is_empty()),
+    })
+}
+
+/// The TLS the Flight port serves, none for plaintext, and whether plaintext is kept
+/// only because an earlier operator served it so. TLS is on unless `spec.tls.disabled`;
+/// an unset `spec.tls` means a certificate the operator issues, except for a cluster whose
+/// status shows a `grpc://` endpoint: an operator from before TLS by default served it
+/// in plaintext, and turning TLS on under its clients (which dial `grpc://`, trusting no
+/// CA) would fail every call they make. It stays plaintext until `spec.tls` says which.
+fn served_tls(cc: &CacheCluster) -> (Option<TlsSpec>, bool) {
+    match &cc.spec.tls {
+        Some(tls) if tls.disabled => (None, false),
+        Some(tls) => (Some(tls.clone()), false),
+        None if served_plaintext(cc) => (None, true),
+        None => (Some(TlsSpec::default()), false),
+    }
+}
+
+/// Whether the status says a pool's endpoint is plaintext (`grpc://`).
+fn served_plaintext(cc: &CacheCluster) -> bool {
+    cc.status.as_ref().is_some_and(|status| {
+        status.pools.iter().any(|pool| {
+            pool.endpoint
+                .as_deref()
+                .is_some_and(|endpoint| endpoint.starts_with(names::PLAINTEXT_SCHEME))
+        })
     })
 }
 
@@ -484,12 +508,66 @@ mod tests {
         assert_eq!(cluster.owner.controller, Some(true));
     }
 
+    /// `cc` as an earlier operator left it: status with each pool's endpoint of `scheme`.
+    fn served_as(mut cc: CacheCluster, scheme: &str) -> CacheCluster {
+        let pools = cc
+            .spec
+            .pools
+            .iter()
+            .map(|pool| crds::cachecluster::PoolStatus {
+                name: pool.name.clone(),
+                endpoint: Some(format!("{scheme}demo-{}.cache.svc:50051", pool.name)),
+                ..Default::default()
+            })
+            .collect();
+        cc.status = Some(crds::cachecluster::CacheClusterStatus {
+            pools,
+            ..Default::default()
+        });
+        cc
+    }
+
+    #[test]
+    fn tls_is_issued_unless_disabled_and_a_cluster_served_in_plaintext_stays_so_while_unset() {
+        let tls = |cc: &CacheCluster| {
+            let v = validate(cc, &defaults()).unwrap();
+            (v.tls_secret, v.tls_issued.is_some(), v.plaintext_kept)
+        };
+        let issued = (Some("demo-tls".to_owned()), true, false);
+        let plaintext = (None, false, false);
+        // Unset: the operator issues it, for a new cluster and one already on TLS.
+        assert_eq!(tls(&cluster(&[("hot", 3)])), issued);
+        assert_eq!(
+            tls(&served_as(cluster(&[("hot", 3)]), names::TLS_SCHEME)),
+            issued
+        );
+        // Unset on a cluster an earlier operator served in plaintext: kept, and said so.
+        assert_eq!(
+            tls(&served_as(cluster(&[("hot", 3)]), names::PLAINTEXT_SCHEME)),
+            (None, false, true)
+        );
+        // Explicit either way wins over what was served.
+        let mut opted_in = served_as(cluster(&[("hot", 3)]), names::PLAINTEXT_SCHEME);
+        opted_in.spec.tls = Some(TlsSpec::default());
+        assert_eq!(tls(&opted_in), issued);
+        let mut opted_out = cluster(&[("hot", 3)]);
+        opted_out.spec.tls = Some(TlsSpec {
+            disabled: true,
+            ..Default::default()
+        });
+        assert_eq!(tls(&opted_out), plaintext);
+        assert_eq!(
+            tls(&served_as(opted_out, names::PLAINTEXT_SCHEME)),
+            plaintext
+        );
+    }
+
     #[test]
     fn invalid_fields_are_named_and_tls_is_taken() {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
             secret_name: Some("certs".into()),
-            client_auth: crds::cachecluster::ClientAuth::None,
+            ..Default::default()
         });
         assert_eq!(
             validate(&cc, &defaults()).unwrap().tls_secret.as_deref(),

@@ -46,12 +46,15 @@ pub enum Warning {
     DeadlineExceeded,
     /// A CacheInvalidation could not reach some nodes yet and calls them again.
     NodesPending,
+    /// A cluster an earlier operator served in plaintext stays so while `spec.tls` is
+    /// unset.
+    PlaintextKept,
 }
 
 impl Warning {
     /// Every Warning, for the tests (each documented in docs/operator.md).
     #[cfg(test)]
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::InvalidSpec,
         Self::SecretFailed,
         Self::ApplyFailed,
@@ -60,6 +63,7 @@ impl Warning {
         Self::NodeLost,
         Self::DeadlineExceeded,
         Self::NodesPending,
+        Self::PlaintextKept,
     ];
 
     /// The event's reason (CamelCase, as `kubectl get events` shows it).
@@ -73,6 +77,7 @@ impl Warning {
             Self::NodeLost => "NodeLost",
             Self::DeadlineExceeded => "DeadlineExceeded",
             Self::NodesPending => "NodesPending",
+            Self::PlaintextKept => "PlaintextKept",
         }
     }
 
@@ -116,6 +121,11 @@ impl Warning {
             Self::NodesPending => {
                 "nothing yet: the operator calls the pending nodes again every 3 s until \
                  activeDeadlineSeconds; check their pods if they stay pending."
+            }
+            Self::PlaintextKept => {
+                "set spec.tls: {} to serve TLS with a certificate the operator issues (clients \
+                 then dial grpc+tls:// and trust the ca.crt of the Secret status.caSecret \
+                 names), or spec.tls: {disabled: true} to keep plaintext and silence this."
             }
         }
     }

@@ -280,9 +280,14 @@ async fn reconcile_creates_owned_children_and_a_second_pass_changes_nothing() {
         ("False".into(), "AsExpected".into())
     );
     let pools = &cc.status.as_ref().unwrap().pools;
+    // TLS by default: no spec.tls, and the operator issued the certificate.
     assert_eq!(
         pools[0].endpoint.as_deref(),
-        Some(format!("grpc://demo-hot.{}.svc:50051", ns.name).as_str())
+        Some(format!("grpc+tls://demo-hot.{}.svc:50051", ns.name).as_str())
+    );
+    assert_eq!(
+        cc.status.as_ref().unwrap().ca_secret.as_deref(),
+        Some("demo-ca")
     );
 
     // Server-side apply is idempotent: a second pass writes no child. (Its status may
@@ -451,7 +456,7 @@ async fn tls_cluster_named_demo(client: &Client, prefix: &str) -> TestNamespace 
     let mut spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
     spec.tls = Some(TlsSpec {
         secret_name: Some("certs".into()),
-        client_auth: crds::cachecluster::ClientAuth::None,
+        ..Default::default()
     });
     api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
         .await
@@ -1224,6 +1229,97 @@ fn serves(cert_pem: &[u8], ca_pem: &[u8], name: &str) -> bool {
         && cert
             .verify_is_valid_for_subject_name(&ServerName::try_from(name).unwrap())
             .is_ok()
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: e2e/cluster up --control-plane-only"]
+async fn a_cluster_an_earlier_operator_served_in_plaintext_stays_so_until_spec_tls_says_which() {
+    let client = client().await;
+    install_crd(&client).await;
+    let ns = TestNamespace::new(&client, "fc-kept").await;
+    let api: Api<CacheCluster> = Api::namespaced(client.clone(), &ns.name);
+    let spec = CacheClusterSpec::with_pools(vec![PoolSpec::new("hot")]);
+    api.create(&PostParams::default(), &CacheCluster::new("demo", spec))
+        .await
+        .unwrap();
+    // What an operator from before TLS by default left: a plaintext endpoint in status.
+    let plaintext = format!("grpc://demo-hot.{}.svc:50051", ns.name);
+    api.patch_status(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({
+            "status": {"pools": [{"name": "hot", "shards": 3, "endpoint": plaintext}]}
+        })),
+    )
+    .await
+    .unwrap();
+    let ctx = context(&client);
+    for _ in 0..2 {
+        reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+            .await
+            .unwrap();
+    }
+    let cc = fetch(&client, &ns.name).await;
+    let status = cc.status.as_ref().unwrap();
+    assert_eq!(
+        status.pools[0].endpoint.as_deref(),
+        Some(plaintext.as_str())
+    );
+    assert_eq!(status.ca_secret, None);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    for name in ["demo-ca-key", "demo-ca", "demo-tls"] {
+        assert!(secrets.get_opt(name).await.unwrap().is_none(), "{name}");
+    }
+    let mounts_tls = |sts: StatefulSet| {
+        sts.spec
+            .and_then(|spec| spec.template.spec)
+            .and_then(|pod| pod.volumes)
+            .unwrap_or_default()
+            .iter()
+            .any(|v| v.name == "tls")
+    };
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns.name);
+    assert!(!mounts_tls(statefulsets.get("demo-hot").await.unwrap()));
+    // Said once, with what to do.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let kept: Vec<_> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("PlaintextKept"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(
+        kept[0]
+            .note
+            .as_deref()
+            .is_some_and(|note| note.contains("spec.tls: {disabled: true}")),
+        "{kept:?}"
+    );
+
+    // spec.tls: {} moves it to TLS: the certificate issued, the endpoint grpc+tls://.
+    api.patch(
+        "demo",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"tls": {}}})),
+    )
+    .await
+    .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    let cc = fetch(&client, &ns.name).await;
+    let status = cc.status.as_ref().unwrap();
+    assert_eq!(
+        status.pools[0].endpoint.as_deref(),
+        Some(format!("grpc+tls://demo-hot.{}.svc:50051", ns.name).as_str())
+    );
+    assert_eq!(status.ca_secret.as_deref(), Some("demo-ca"));
+    assert!(secrets.get_opt("demo-tls").await.unwrap().is_some());
+    assert!(mounts_tls(statefulsets.get("demo-hot").await.unwrap()));
+    ns.delete().await;
 }
 
 #[tokio::test]

@@ -297,7 +297,9 @@ impl Peers {
                         // As the server side: a relayed 2 MiB message arrives in a few
                         // frames instead of 128 16 KiB ones (fewer reads and wake-ups).
                         .max_frame_size(1 << 20);
-                    let channel = endpoint.connect_lazy();
+                    // Bounded through the TLS handshake: a frozen peer fails the
+                    // connect within CONNECT_TIMEOUT instead of holding its calls.
+                    let channel = crate::dial::lazy_channel(&endpoint);
                     channels.insert(peer.address.clone(), channel.clone());
                     channel
                 }

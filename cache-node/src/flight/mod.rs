@@ -46,6 +46,7 @@ use crate::store::{Entry, IntakeCover, Store};
 use crate::streams::UploadRest;
 use crate::ticket::CacheTicket;
 use crate::wire::hit::StoredHit;
+use crate::wire::stall::StallWatch;
 
 /// Largest FlightData message the node sends; keeps every message well under gRPC's
 /// default 4 MiB limit whatever the batch size.
@@ -69,6 +70,8 @@ pub struct FlightCacheService {
     metrics: Arc<Metrics>,
     auth: Auth,
     cluster: Cluster,
+    /// Lets go of a listing whose client stopped reading it (shared with the DoGet relay).
+    stalled_readers: StallWatch,
 }
 
 impl FlightCacheService {
@@ -80,6 +83,7 @@ impl FlightCacheService {
         auth: Auth,
         routing: Arc<RoutingTable>,
         peers: Peers,
+        stalled_readers: StallWatch,
     ) -> Self {
         let cluster = Cluster::new(Arc::clone(&store), Arc::clone(&metrics), routing, peers);
         Self {
@@ -88,6 +92,7 @@ impl FlightCacheService {
             metrics,
             auth,
             cluster,
+            stalled_readers,
         }
     }
 
@@ -429,8 +434,14 @@ impl FlightService for FlightCacheService {
                     }
                 }
             }
+            // Sent as the client reads; one that stops reading for --max-read-stall
+            // no longer holds the infos left (up to MAX_LISTED_BYTES).
+            let let_go = Status::deadline_exceeded(format!(
+                "the listing was not read for {} s; the node let go of it",
+                self.stalled_readers.max_stall().as_secs()
+            ));
             Ok(Response::new(
-                futures::stream::iter(infos.into_iter().map(Ok)).boxed(),
+                self.stalled_readers.stream(infos, let_go).boxed(),
             ))
         }
         .await;

@@ -3,11 +3,12 @@
 //! HTTP/2 takes an answer's next frame only when the client's window has room, so a DoGet
 //! that is never read would pin its entry's bytes (and every replaced version of it) for
 //! as long as its connection lives; a client that grants no window at all pins even the
-//! smallest answer. Every stored-frames answer is registered here when it begins; one
-//! sweeper per node looks at the answers still open a few times per stall limit and lets
-//! go of the frames of each whose reader has taken none for the limit. An answer that
-//! ends or is dropped leaves the register at the next sweep. The cost per answer is one
-//! push under a lock; no task or timer per answer.
+//! smallest answer. A ListFlights answer likewise holds its infos (up to 16 MiB) until
+//! they are sent. Every stored-frames answer and every listing is registered here when it
+//! begins; one sweeper per node looks at the answers still open a few times per stall
+//! limit and lets go of what is left of each whose reader has taken nothing for the limit.
+//! An answer that ends or is dropped leaves the register at the next sweep. The cost per
+//! answer is one push under a lock; no task or timer per answer.
 //!
 //! No network I/O. Must not import the Flight service (`flight/`).
 
@@ -16,13 +17,15 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::Stream;
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 
-/// The frames of one answer not yet taken by HTTP/2, and how far its reader got.
-pub struct Answer {
-    /// `None` once a stalled reader's frames were let go.
-    frames: Mutex<Option<std::vec::IntoIter<Bytes>>>,
+/// The items of one answer not yet taken (a DoGet's frames, a listing's infos), and how
+/// far its reader got.
+pub struct Answer<T = Bytes> {
+    /// `None` once a stalled reader's items were let go.
+    frames: Mutex<Option<std::vec::IntoIter<T>>>,
     started: Instant,
     /// When the reader last took a frame, in milliseconds since `started`.
     last_taken_ms: AtomicU64,
@@ -31,17 +34,17 @@ pub struct Answer {
 }
 
 /// What the reader of an answer gets next.
-pub enum Next {
-    /// A frame.
-    Frame(Bytes),
+pub enum Next<T = Bytes> {
+    /// A frame (an item).
+    Frame(T),
     /// Every frame was taken.
     End,
     /// The reader stalled past the limit and the frames were let go.
     LetGo,
 }
 
-impl Answer {
-    fn new(frames: Vec<Bytes>) -> Self {
+impl<T> Answer<T> {
+    fn new(frames: Vec<T>) -> Self {
         Self {
             frames: Mutex::new(Some(frames.into_iter())),
             started: Instant::now(),
@@ -55,7 +58,7 @@ impl Answer {
     }
 
     /// Takes the next frame for the reader (HTTP/2 had room for it).
-    pub fn take(&self) -> Next {
+    pub fn take(&self) -> Next<T> {
         let next = self.frames.lock().as_mut().map(Iterator::next);
         match next {
             None => Next::LetGo,
@@ -96,6 +99,24 @@ impl Answer {
     }
 }
 
+/// An open answer, as the sweeper sees it whatever its items are.
+trait Open: Send + Sync {
+    /// Whether every item was taken.
+    fn ended(&self) -> bool;
+    /// See [`Answer::let_go_if_stalled`].
+    fn let_go_if_stalled(&self, max_stall: Duration) -> bool;
+}
+
+impl<T: Send> Open for Answer<T> {
+    fn ended(&self) -> bool {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    fn let_go_if_stalled(&self, max_stall: Duration) -> bool {
+        Answer::let_go_if_stalled(self, max_stall)
+    }
+}
+
 /// The answers open on a node, and the sweeper that ends stalled ones.
 #[derive(Clone)]
 pub struct StallWatch {
@@ -103,7 +124,7 @@ pub struct StallWatch {
 }
 
 struct Shared {
-    open: Mutex<Vec<Weak<Answer>>>,
+    open: Mutex<Vec<Weak<dyn Open>>>,
     max_stall: Duration,
     stalled_reads: Counter,
 }
@@ -134,11 +155,30 @@ impl StallWatch {
         self.shared.max_stall
     }
 
-    /// Registers an answer of `frames`.
-    pub fn watch(&self, frames: Vec<Bytes>) -> Arc<Answer> {
+    /// Registers an answer of `frames` (or any items).
+    pub fn watch<T: Send + 'static>(&self, frames: Vec<T>) -> Arc<Answer<T>> {
         let answer = Arc::new(Answer::new(frames));
-        self.shared.open.lock().push(Arc::downgrade(&answer));
+        let open: Weak<dyn Open> = Arc::downgrade(&answer) as Weak<dyn Open>;
+        self.shared.open.lock().push(open);
         answer
+    }
+
+    /// `items` as a registered answer's stream: the items as the reader takes them, then
+    /// its end; `let_go` as its last item instead when the reader took nothing for the
+    /// stall limit and the rest was let go.
+    pub fn stream<T: Send + 'static, E: Send + 'static>(
+        &self,
+        items: Vec<T>,
+        let_go: E,
+    ) -> impl Stream<Item = Result<T, E>> + Send + 'static {
+        let answer = self.watch(items);
+        futures::stream::unfold((answer, Some(let_go)), |(answer, let_go)| async move {
+            match answer.take() {
+                Next::Frame(item) => Some((Ok(item), (answer, let_go))),
+                Next::End => None,
+                Next::LetGo => let_go.map(|err| (Err(err), (answer, None))),
+            }
+        })
     }
 
     /// Answers registered and not yet swept out (for tests).
@@ -174,14 +214,14 @@ async fn sweep(shared: Weak<Shared>) {
             let Some(answer) = answer.upgrade() else {
                 return false;
             };
-            if answer.done.load(Ordering::Relaxed) {
+            if answer.ended() {
                 return false;
             }
             if answer.let_go_if_stalled(shared.max_stall) {
                 shared.stalled_reads.inc();
                 tracing::debug!(
                     max_stall = ?shared.max_stall,
-                    "a DoGet answer was not read: its frames are let go"
+                    "an answer (DoGet, ListFlights) was not read: what is left of it is let go"
                 );
                 return false;
             }
@@ -217,6 +257,26 @@ mod tests {
             !aged.let_go_if_stalled(Duration::from_secs(2)),
             "let go once"
         );
+    }
+
+    #[tokio::test]
+    async fn a_listing_read_to_its_end_ends_and_an_unread_one_ends_with_the_let_go_error() {
+        use futures::StreamExt;
+        let stalled = Counter::default();
+        let watch = StallWatch::start(Duration::from_millis(200), stalled.clone());
+        let read: Vec<_> = watch.stream(vec![1, 2, 3], "let go").collect().await;
+        assert_eq!(read, vec![Ok(1), Ok(2), Ok(3)]);
+        let mut unread = Box::pin(watch.stream(vec![1, 2, 3], "let go"));
+        assert_eq!(unread.next().await, Some(Ok(1)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            unread.next().await,
+            Some(Err("let go")),
+            "the rest was let go"
+        );
+        assert_eq!(unread.next().await, None);
+        assert_eq!(stalled.get(), 1);
+        assert_eq!(watch.registered(), 0);
     }
 
     #[tokio::test]

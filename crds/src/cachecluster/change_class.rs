@@ -63,6 +63,7 @@ pub const SPEC_FIELDS: &[(&str, ChangeClass)] = &[
     ("spec.tls", ChangeClass::RestartWithHandoff),
     ("spec.tls.secretName", ChangeClass::RestartWithHandoff),
     ("spec.tls.clientAuth", ChangeClass::RestartWithHandoff),
+    ("spec.tls.disabled", ChangeClass::RestartWithHandoff),
     (
         "spec.monitoring.metricsPort",
         ChangeClass::RestartWithHandoff,

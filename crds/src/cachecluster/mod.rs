@@ -126,7 +126,8 @@ pub struct CacheClusterSpec {
     pub image: Option<String>,
 
     /// Arrow Flight (gRPC) port of every node and of each pool's client Service. Clients
-    /// connect to `grpc://<cluster>-<pool>.<namespace>.svc:<port>`. Between 1 and 65535;
+    /// connect to `grpc+tls://<cluster>-<pool>.<namespace>.svc:<port>` (`grpc://` with
+    /// `tls.disabled`). Between 1 and 65535;
     /// must differ from `monitoring.metricsPort`.
     /// Change: restart with handoff.
     #[x_kube(validation = Rule::new(rules::PORT).message(rules::PORT_MSG))]
@@ -146,12 +147,15 @@ pub struct CacheClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 
-    /// TLS for the Flight port. When set, nodes serve gRPC over TLS with the
-    /// certificate in the Secret `secretName` names, or (`tls: {}`) one the operator
-    /// issues, verify each other against its `ca.crt`, and clients use `grpc+tls://`
-    /// trusting that CA. A certificate rotated in the Secret (cert-manager renewing it, or
-    /// the operator) is served within about a minute, without a restart or a failed call.
-    /// Unset: plaintext.
+    /// TLS for the Flight port, on by default. Nodes serve gRPC over TLS with the
+    /// certificate in the Secret `secretName` names, or (unset, or `tls: {}`) one the
+    /// operator issues, verify each other against its `ca.crt`, and clients use
+    /// `grpc+tls://` trusting that CA (`status.caSecret` names the Secret holding the
+    /// operator's). A certificate rotated in the Secret (cert-manager renewing it, or the
+    /// operator) is served within about a minute, without a restart or a failed call.
+    /// `tls: {disabled: true}` serves plaintext. A cluster an earlier operator served in
+    /// plaintext (its status shows `grpc://` endpoints) stays plaintext while `tls` is
+    /// unset, with a Warning: set `tls: {}` to move it to TLS, or `disabled: true`.
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
@@ -232,7 +236,10 @@ impl Default for AuthSpec {
 
 /// TLS for the Flight port: with a certificate the operator issues, or one from a Secret.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[x_kube(validation = Rule::new(rules::CLIENT_AUTH_NEEDS_SECRET).message(rules::CLIENT_AUTH_NEEDS_SECRET_MSG))]
+#[x_kube(
+    validation = Rule::new(rules::CLIENT_AUTH_NEEDS_SECRET).message(rules::CLIENT_AUTH_NEEDS_SECRET_MSG),
+    validation = Rule::new(rules::TLS_DISABLED_ALONE).message(rules::TLS_DISABLED_ALONE_MSG)
+)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
     /// Name of a Secret in the cluster's namespace in cert-manager's shape: `tls.crt`,
@@ -262,6 +269,12 @@ pub struct TlsSpec {
     /// Change: restart with handoff.
     #[serde(default, skip_serializing_if = "is_default_client_auth")]
     pub client_auth: ClientAuth,
+
+    /// Serve the Flight port in plaintext: tokens, the admin's included, cross the pod
+    /// network in clear. Only for pools the network itself keeps private.
+    /// Change: restart with handoff.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
 }
 
 // serde's skip_serializing_if hands the field by reference.

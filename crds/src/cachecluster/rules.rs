@@ -65,6 +65,11 @@ pub const AUTH_DISABLED_ALONE: &str =
 /// operator's own.
 pub const CLIENT_AUTH_NEEDS_SECRET: &str =
     "!has(self.clientAuth) || self.clientAuth != 'required' || has(self.secretName)";
+/// `spec.tls.disabled` excludes every other TLS setting.
+pub const TLS_DISABLED_ALONE: &str =
+    "!has(self.disabled) || !self.disabled || (!has(self.secretName) && !has(self.clientAuth))";
+/// Message of [`TLS_DISABLED_ALONE`].
+pub const TLS_DISABLED_ALONE_MSG: &str = "spec.tls.disabled: true serves the Flight port in plaintext, so spec.tls.secretName and spec.tls.clientAuth must be unset";
 /// Message of [`CLIENT_AUTH_NEEDS_SECRET`].
 pub const CLIENT_AUTH_NEEDS_SECRET_MSG: &str = "spec.tls.clientAuth: required needs spec.tls.secretName: clients present certificates of that Secret's CA (the CA the operator issues when no Secret is named signs no client certificates)";
 /// Message of [`AUTH_DISABLED_ALONE`].

@@ -93,7 +93,7 @@ pub struct GeneratedSecret {
 }
 
 /// Observed state of one pool.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolStatus {
     /// Name of the pool (as in `spec.pools[].name`).
@@ -127,8 +127,8 @@ pub struct PoolStatus {
     #[serde(default)]
     pub ring_version: i64,
 
-    /// Address clients use: `grpc://<cluster>-<pool>.<namespace>.svc:<port>`
-    /// (`grpc+tls://` with TLS).
+    /// Address clients use: `grpc+tls://<cluster>-<pool>.<namespace>.svc:<port>` with
+    /// TLS (the default), `grpc://…` in plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
 

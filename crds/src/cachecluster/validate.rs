@@ -109,6 +109,9 @@ pub fn validate_spec(cluster_name: &str, spec: &CacheClusterSpec) -> Result<(), 
         if tls.client_auth == ClientAuth::Required && tls.secret_name.is_none() {
             errors.push("spec.tls", rules::CLIENT_AUTH_NEEDS_SECRET_MSG);
         }
+        if tls.disabled && (tls.secret_name.is_some() || tls.client_auth != ClientAuth::None) {
+            errors.push("spec.tls", rules::TLS_DISABLED_ALONE_MSG);
+        }
     }
     if !is_port(spec.monitoring.metrics_port) {
         errors.push("spec.monitoring.metricsPort", rules::METRICS_PORT_MSG);

@@ -105,10 +105,15 @@ pub fn headless_service(cluster: &str, pool: &str) -> String {
     format!("{cluster}-{pool}-nodes")
 }
 
+/// The scheme of a plaintext endpoint (`status.pools[].endpoint`).
+pub const PLAINTEXT_SCHEME: &str = "grpc://";
+/// The scheme of a TLS endpoint.
+pub const TLS_SCHEME: &str = "grpc+tls://";
+
 /// The client endpoint users dial (`grpc+tls://` when the nodes serve TLS).
 pub fn client_endpoint(cluster: &str, pool: &str, namespace: &str, port: u16, tls: bool) -> String {
-    let scheme = if tls { "grpc+tls" } else { "grpc" };
-    format!("{scheme}://{cluster}-{pool}.{namespace}.svc:{port}")
+    let scheme = if tls { TLS_SCHEME } else { PLAINTEXT_SCHEME };
+    format!("{scheme}{cluster}-{pool}.{namespace}.svc:{port}")
 }
 
 /// Labels selecting every child of a cluster.

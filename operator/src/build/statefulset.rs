@@ -525,7 +525,13 @@ mod tests {
 
     #[test]
     fn readiness_waits_for_the_name_peers_dial_and_liveness_does_not() {
-        let valid = validate(&cluster(&[("hot", 3)]), &defaults()).unwrap();
+        // Plaintext: the kubelet's gRPC probe (with TLS, /readyz on the metrics port).
+        let mut cc = cluster(&[("hot", 3)]);
+        cc.spec.tls = Some(crds::cachecluster::TlsSpec {
+            disabled: true,
+            ..Default::default()
+        });
+        let valid = validate(&cc, &defaults()).unwrap();
         let sts = build_statefulset(&valid, &valid.pools[0], 3);
         let pod = sts.spec.unwrap().template.spec.unwrap();
         let container = &pod.containers[0];
@@ -591,7 +597,7 @@ mod tests {
         let mut cc = cluster(&[("hot", 3)]);
         cc.spec.tls = Some(crds::cachecluster::TlsSpec {
             secret_name: Some("certs".into()),
-            client_auth: crds::cachecluster::ClientAuth::None,
+            ..Default::default()
         });
         let valid = validate(&cc, &defaults()).unwrap();
         let sts = build_statefulset(&valid, &valid.pools[0], 3);

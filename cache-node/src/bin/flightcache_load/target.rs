@@ -188,7 +188,8 @@ impl Target {
     pub(crate) fn caller(&self) -> Result<Caller, CallError> {
         match self {
             Self::Direct { endpoint, token } => {
-                let channel: Channel = endpoint.connect_lazy();
+                // Connect and TLS handshake within CONNECT_TIMEOUT (cache_node::dial).
+                let channel: Channel = cache_node::dial::lazy_channel(endpoint);
                 let mut client = FlightClient::new(channel);
                 if let Some(token) = token {
                     client
@@ -401,7 +402,7 @@ async fn reconnect(
         }
         None => {
             tries.push(format!("no live connection by {} ms", at()));
-            endpoint.connect_lazy()
+            cache_node::dial::lazy_channel(endpoint)
         }
     };
     let mut fresh = FlightClient::new(channel);

@@ -321,6 +321,33 @@ fn cluster_wide_fields_are_checked() {
         ..AuthSpec::default()
     });
     assert!(validate_spec("c", &s).is_ok());
+    // TLS: off alone, or on with its settings.
+    s.tls = Some(crate::cachecluster::TlsSpec {
+        secret_name: Some("certs".into()),
+        disabled: true,
+        ..Default::default()
+    });
+    assert_eq!(
+        one_error("c", &s),
+        ("spec.tls".to_owned(), rules::TLS_DISABLED_ALONE_MSG)
+    );
+    s.tls = Some(crate::cachecluster::TlsSpec {
+        client_auth: ClientAuth::Required,
+        disabled: true,
+        ..Default::default()
+    });
+    assert_eq!(
+        messages(validate_spec("c", &s)),
+        [
+            ("spec.tls".to_owned(), rules::CLIENT_AUTH_NEEDS_SECRET_MSG),
+            ("spec.tls".to_owned(), rules::TLS_DISABLED_ALONE_MSG)
+        ]
+    );
+    s.tls = Some(crate::cachecluster::TlsSpec {
+        disabled: true,
+        ..Default::default()
+    });
+    assert!(validate_spec("c", &s).is_ok());
 }
 
 #[test]
