@@ -118,6 +118,31 @@ def check_operator_rbac(c, docs, release):
     c.true("the ClusterRole with the namespaced rules exists", named(docs, "ClusterRole", full) is not None)
 
 
+def check_secret_write_policy(c, docs, ns, release):
+    full = f"{release}-operator"
+    policy = named(docs, "ValidatingAdmissionPolicy", f"{full}-secret-writes")
+    c.true("a policy on the operator's Secret writes", policy is not None)
+    if not policy:
+        return
+    spec = policy["spec"]
+    c.eq("it denies (binding)",
+         [b["spec"] for b in of_kind(docs, "ValidatingAdmissionPolicyBinding")],
+         [{"policyName": f"{full}-secret-writes", "validationActions": ["Deny"]}])
+    c.eq("it looks at Secret creates and updates",
+         spec["matchConstraints"]["resourceRules"],
+         [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+           "resources": ["secrets"]}])
+    c.eq("by the operator's ServiceAccount only",
+         [m["expression"] for m in spec["matchConditions"]],
+         [f'request.userInfo.username == "system:serviceaccount:{ns["release"]}:{full}"'])
+    c.eq("fails closed", spec["failurePolicy"], "Fail")
+    expressions = " ".join(v["expression"] for v in spec["validations"])
+    c.true("the Secret and, on update, its old version owned by a CacheCluster",
+           'object.metadata.ownerReferences.exists(r, r.kind == "CacheCluster"' in expressions
+           and 'oldObject.metadata.ownerReferences.exists(r, r.kind == "CacheCluster"' in expressions,
+           expressions)
+
+
 def rolebindings_named(docs, name):
     return sorted(d["metadata"]["namespace"] for d in of_kind(docs, "RoleBinding")
                   if d["metadata"]["name"] == name)
@@ -129,7 +154,9 @@ def case_defaults(c, docs, ns, release):
     full = f"{release}-operator"
     c.eq("objects by kind", kinds(docs), {
         "ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 2,
-        "RoleBinding": 3, "Deployment": 1, "Service": 1})
+        "RoleBinding": 3, "Deployment": 1, "Service": 1,
+        "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1})
+    check_secret_write_policy(c, docs, ns, release)
     dep = deployment(docs)
     c.eq("replicas", dep["spec"]["replicas"], 1)
     check_rolling(c, docs)
@@ -349,6 +376,10 @@ def cases(ns):
          case_replicas_2_budget_off),
         ("leader election off", {"leaderElection": False}, [], case_no_leader_election),
         ("clusterWide", {"clusterWide": True}, [], case_cluster_wide),
+        ("secretWritePolicy off", {"secretWritePolicy": False}, [],
+         lambda c, docs, ns, release: c.eq(
+             "no admission policy",
+             [d["kind"] for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")], [])),
         ("watchNamespaces a,b", {"watchNamespaces": [ns["a"], ns["b"]]}, [], case_watch_namespaces),
         ("monitoring on", {"monitoring": {
             "dashboards": {"enabled": True, "namespace": ns["mon"]},
@@ -394,6 +425,8 @@ def case_reused_values(c, docs, ns, release):
     c.eq("image tag set on upgrade", pod_spec(docs)["containers"][0]["image"], "flightcache/operator:next")
     c.eq("no PodDisruptionBudget with one replica", len(of_kind(docs, "PodDisruptionBudget")), 0)
     c.eq("no NetworkPolicy", len(of_kind(docs, "NetworkPolicy")), 0)
+    c.true("the Secret write policy, though 0.1.0's values lack secretWritePolicy",
+           named(docs, "ValidatingAdmissionPolicy", f"{release}-operator-secret-writes") is not None)
 
 
 def reused_values_cases(ns):
