@@ -548,6 +548,21 @@ async fn silent_server() -> (u16, tokio::task::JoinHandle<()>) {
     (port, held)
 }
 
+/// A TLS endpoint (connect timeout `connect`) of a [`silent_server`], and the task holding
+/// its accepted connections.
+async fn silent_tls_endpoint(
+    connect: Duration,
+) -> (tonic::transport::Endpoint, tokio::task::JoinHandle<()>) {
+    let (port, held) = silent_server().await;
+    let pki = Pki::new("frozen CA");
+    let endpoint = Channel::from_shared(format!("https://localhost:{port}"))
+        .unwrap()
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pki.ca_pem())))
+        .unwrap()
+        .connect_timeout(connect);
+    (endpoint, held)
+}
+
 #[tokio::test]
 async fn a_tls_channel_to_a_frozen_server_fails_within_its_connect_timeout() {
     // The peers' and the load generator's channels (cache_node::dial): the TLS handshake
@@ -556,13 +571,7 @@ async fn a_tls_channel_to_a_frozen_server_fails_within_its_connect_timeout() {
     const CONNECT: Duration = Duration::from_millis(500);
     // The bound is the connect timeout; four times it leaves room for a loaded machine.
     const BUDGET: Duration = Duration::from_secs(2);
-    let (port, held) = silent_server().await;
-    let pki = Pki::new("frozen CA");
-    let endpoint = Channel::from_shared(format!("https://localhost:{port}"))
-        .unwrap()
-        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pki.ca_pem())))
-        .unwrap()
-        .connect_timeout(CONNECT);
+    let (endpoint, held) = silent_tls_endpoint(CONNECT).await;
     let started = Instant::now();
     let mut bounded = FlightClient::new(cache_node::dial::lazy_channel(&endpoint));
     let answer = tokio::time::timeout(Duration::from_secs(10), action(&mut bounded, "ping", b""))
@@ -599,13 +608,7 @@ async fn calls_queued_on_a_channel_to_a_frozen_server_all_fail_with_its_first_co
     // The promise is one connect timeout for every queued call; four times it leaves room
     // for a loaded machine and is half of what the serial failures took.
     const BUDGET: Duration = Duration::from_secs(2);
-    let (port, held) = silent_server().await;
-    let pki = Pki::new("frozen CA");
-    let endpoint = Channel::from_shared(format!("https://localhost:{port}"))
-        .unwrap()
-        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pki.ca_pem())))
-        .unwrap()
-        .connect_timeout(CONNECT);
+    let (endpoint, held) = silent_tls_endpoint(CONNECT).await;
     let channel = cache_node::dial::lazy_channel(&endpoint);
     let started = Instant::now();
     let calls = (0..CALLS).map(|_| {
