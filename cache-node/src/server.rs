@@ -413,6 +413,7 @@ fn peers_for(
         .limiting_messages(message_limit(max_entry_bytes))
         .presenting(auth.peer_authorization().as_deref())
         .verifying(tls.map(|tls| tls.ca.clone()))
+        .serving(tls.map(|tls| tls.seen.cert.clone()))
         .presenting_certificate(identity)
 }
 

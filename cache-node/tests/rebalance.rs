@@ -228,6 +228,25 @@ async fn rebalance_keeps_entries_it_cannot_hand_over() {
     // its old address: the pass is not whole, so the operator asks again.
     let stats_c = stats(&mut cluster.client(2).await).await;
     assert_eq!(stats_c["lastRebalanceMsAgo"], serde_json::Value::Null);
+    // And it says it owes a handover whatever its peers' ages (an owner cut off and back
+    // without a restart is younger than nothing), until a rebalance sends everything.
+    assert_eq!(stats_c["owesHandover"], true, "{stats_c}");
+    let dry = rebalance(cluster.node(2), r#"{"dryRun": true}"#).await;
+    assert_eq!(dry["moved"], to_0.len());
+    let stats_c = stats(&mut cluster.client(2).await).await;
+    assert_eq!(
+        stats_c["owesHandover"], true,
+        "a dry run sends nothing: {stats_c}"
+    );
+    let back = start_node(&["--member-id", "n-0"]).await;
+    cluster.replace(0, back, 3).await;
+    cluster.publish(4, &[2]).await;
+    let report = rebalance(cluster.node(2), "").await;
+    assert_eq!(report["failed"], 0, "{report}");
+    assert_eq!(report["moved"], to_0.len(), "{report}");
+    assert!(store_keys(cluster.node(2)).is_empty());
+    let stats_c = stats(&mut cluster.client(2).await).await;
+    assert_eq!(stats_c["owesHandover"], false, "{stats_c}");
     let _ = keys;
     cluster.shutdown().await;
 }

@@ -94,6 +94,37 @@ impl NodeFiles {
     }
 }
 
+/// The SHA-256 (lowercase hex) of each certificate in the PEM file `path`, as a node's
+/// `stats` report them.
+fn fingerprints_of(path: &Path) -> Vec<String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    CertificateDer::pem_file_iter(path)
+        .unwrap()
+        .map(|der| {
+            let digest = ring::digest::digest(&ring::digest::SHA256, der.unwrap().as_ref());
+            digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+        })
+        .collect()
+}
+
+/// What `stats` says the node serves and trusts: (served, trusted).
+async fn tls_in_use(client: &mut FlightClient) -> (String, Vec<String>) {
+    let answer = stats(client).await;
+    let tls = &answer["tls"];
+    (
+        tls["servedSha256"].as_str().unwrap_or_default().to_owned(),
+        tls["trustedSha256"]
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
 async fn start_tls_node(files: &NodeFiles, extra: &[&str]) -> RunningNode {
     let flags = files.flags();
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -250,6 +281,13 @@ async fn a_rotated_certificate_is_served_to_new_connections_without_a_failed_cal
     put(&mut client, path("rotate/1"), batches.clone(), None)
         .await
         .unwrap();
+    // `stats` says which certificate it serves and which CAs it trusts (the operator
+    // moves a CA rotation on from these).
+    let before = (
+        fingerprints_of(&files.cert).remove(0),
+        fingerprints_of(&files.ca),
+    );
+    assert_eq!(tls_in_use(&mut client).await, before);
 
     // A half-written file is not served: the node keeps its certificate.
     std::fs::write(&files.cert, "-----BEGIN CERTIFICATE-----\ntruncated").unwrap();
@@ -294,6 +332,12 @@ async fn a_rotated_certificate_is_served_to_new_connections_without_a_failed_cal
         counter(&node, "flightcache_node_tls_reloads_total").await,
         2
     );
+    let after = (
+        fingerprints_of(&files.cert).remove(0),
+        fingerprints_of(&files.ca),
+    );
+    assert_ne!(after, before);
+    assert_eq!(tls_in_use(&mut client).await, after);
     node.shutdown().await.unwrap();
 }
 

@@ -411,11 +411,34 @@ pub struct StatsAnswer {
     /// nodes that predate it; they report `lastRebalanceMsAgo` null instead).
     #[serde(default)]
     pub holds_strays: bool,
+    /// The node's last whole `rebalance` could not send everything it owed (a move or a
+    /// copy failed: an owner unreachable or refusing then): it still owes its peers a
+    /// handover whatever their ages, and is asked again (false from nodes that predate
+    /// it).
+    #[serde(default)]
+    pub owes_handover: bool,
     /// The node reads the members' `zone` in a ring (false from nodes that predate
     /// zones: they refuse a ring carrying them as an unknown field). The operator
     /// publishes zones only while every node of the pool says so.
     #[serde(default)]
     pub reads_zones: bool,
+    /// The TLS material the node uses now (null for a plaintext node, and from nodes that
+    /// predate it): the operator rotates a cluster's certificates and CAs in phases, each
+    /// begun once every node reports the one before.
+    #[serde(default)]
+    pub tls: Option<TlsInUse>,
+}
+
+/// The TLS material a node uses now, as SHA-256 fingerprints (lowercase hex) of DER
+/// certificates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsInUse {
+    /// The certificate it serves (the leaf of its chain).
+    pub served_sha256: String,
+    /// Each CA certificate peers (and, with client authentication, clients) are
+    /// verified against.
+    pub trusted_sha256: Vec<String>,
 }
 
 /// The answer to `configure`.
@@ -756,14 +779,19 @@ mod tests {
                "generation":7,"hits":10,"holdsStrays":true,"inserts":6,
                "lastRebalanceMsAgo":4200,"locationMode":"proxy","maxEntries":10000,
                "maxEntryBytes":8388608,"memberId":"hot-1","memberState":"draining",
-               "misses":2,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
-               "readsZones":true,"ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,
+               "misses":2,"owesHandover":true,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
+               "readsZones":true,"tls":{"servedSha256":"5e1f","trustedSha256":["0a0b","0c0d"]},
+               "ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,
                "usedBytes":4096}"#,
         );
         assert!(stats.reads_zones);
         assert_eq!(stats.uptime_ms, Some(7_200_000));
         assert_eq!(stats.last_rebalance_ms_ago, Some(4_200));
         assert!(stats.holds_strays);
+        assert!(stats.owes_handover);
+        let tls = stats.tls.as_ref().expect("a TLS node says what it uses");
+        assert_eq!(tls.served_sha256, "5e1f");
+        assert_eq!(tls.trusted_sha256, ["0a0b", "0c0d"]);
         assert_eq!(stats.ttl, Duration::from_secs(5400));
         assert_eq!(stats.member_state, Some(MemberState::Draining));
         assert_eq!(stats.eviction, EvictionPolicy::Tinylfu);
@@ -778,7 +806,7 @@ mod tests {
                "evictions":{"expired":0,"explicit":0,"migrated":0,"replaced":0,"size":0},
                "generation":1,"hits":0,"holdsStrays":false,"inserts":0,"locationMode":"direct",
                "maxEntries":100,"maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
-               "readsZones":true,"rejectedPuts":0,"replicas":1,"reservedBytes":0,
+               "owesHandover":false,"readsZones":true,"rejectedPuts":0,"tls":null,"replicas":1,"reservedBytes":0,
                "ringVersion":0,"ttl":"5m","ttlMode":"absolute","uptimeMs":15,
                "lastRebalanceMsAgo":null,"usedBytes":0}"#,
         );
@@ -803,6 +831,8 @@ mod tests {
         // rebalance for a restarted peer nor counts them as restarted.
         assert_eq!((stats.uptime_ms, stats.last_rebalance_ms_ago), (None, None));
         assert!(!stats.holds_strays, "nor do they say they hold strays");
+        assert!(!stats.owes_handover, "nor that a handoff is owed");
+        assert_eq!(stats.tls, None, "nor which TLS they use");
         // Nor do they read zones: the operator publishes none while such a node runs.
         assert!(!stats.reads_zones);
     }

@@ -29,15 +29,18 @@ def _name(common_name: str) -> x509.Name:
 
 
 def make_ca(directory: Path) -> None:
-    """Writes ca.crt and ca.key into `directory` unless they exist."""
+    """Writes ca.crt and ca.key into `directory` unless they exist. Each CA is named
+    after its directory, so two CAs a client trusts together (a CA rotation's bundle)
+    have distinct subjects."""
     if (directory / "ca.crt").exists():
         return
+    name = f"flightcache test CA ({directory.name})"
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("flightcache test CA"))
-        .issuer_name(_name("flightcache test CA"))
+        .subject_name(_name(name))
+        .issuer_name(_name(name))
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))

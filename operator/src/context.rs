@@ -23,6 +23,16 @@ use crate::validate::Defaults;
 use crate::validate::ValidatedCluster;
 use crate::warnings::{self, EVENT_NOTE_MAX_BYTES, Warning};
 
+/// What a pass needs to call a cluster's nodes, and to move their TLS.
+pub(crate) struct NodeAccess {
+    /// The client for the cluster's nodes.
+    pub admin: NodeAdmin,
+    /// How long until the certificate the operator issued is due for renewal.
+    pub renewal_in: Option<std::time::Duration>,
+    /// The cluster's TLS Secret and the nodes' copy of it, when they serve TLS.
+    pub node_tls: Option<secrets::NodeTlsCopy>,
+}
+
 /// Shared state of every reconcile.
 pub struct Context {
     /// API client.
@@ -90,10 +100,7 @@ impl Context {
     ///
     /// # Errors
     /// The Secret cannot be made or used (`secrets::ensure`).
-    pub(crate) async fn node_admin(
-        &self,
-        cluster: &ValidatedCluster,
-    ) -> Result<(NodeAdmin, Option<std::time::Duration>)> {
+    pub(crate) async fn node_admin(&self, cluster: &ValidatedCluster) -> Result<NodeAccess> {
         let tokens = secrets::ensure(&self.client, cluster).await?;
         let renewal_in = tokens.certificate_renewal_in;
         // Every node serves the cluster's one certificate, valid for each pool's Service
@@ -110,10 +117,11 @@ impl Context {
                 )
             }),
         });
-        Ok((
-            NodeAdmin::new(i32::from(cluster.port), Some(tokens.admin), tls),
+        Ok(NodeAccess {
+            admin: NodeAdmin::new(i32::from(cluster.port), Some(tokens.admin), tls),
             renewal_in,
-        ))
+            node_tls: tokens.node_tls,
+        })
     }
 
     /// Publishes a Normal event about `object` (a CacheCluster or a CacheInvalidation).

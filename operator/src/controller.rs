@@ -27,20 +27,25 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::build::{self, PoolLayout, names};
-use crate::context::Context;
+use crate::context::{Context, NodeAccess};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, PoolFigures, PoolLabels};
 use crate::nodeloss;
 use crate::nodes::NodeAdmin;
 use crate::observe::{self, Observed};
 use crate::plan::{self, PoolObservation, PoolPlan};
+use crate::secrets;
 use crate::status::{self, Outcome};
+use crate::tls_rollout::NextCopy;
 use crate::validate::{self, ValidatedCluster};
 use crate::warnings::Warning;
 use crate::{apply, execute};
 
 /// How soon to look again while a pool changes (each pass takes one step).
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(2);
+/// The next pass while the nodes' TLS copy moves: the nodes re-read their TLS files every
+/// 5 s once the kubelet has updated them.
+const TLS_STEP_REQUEUE: Duration = Duration::from_secs(5);
 /// Periodic resync when nothing is in flight (owned objects also wake us). Shortened
 /// while the Nodes' heartbeat Leases can be read, to look again when the stalest one
 /// would turn lost (`nodeloss::next_check`): nothing the operator watches changes when a
@@ -59,15 +64,24 @@ pub async fn reconcile(cc: Arc<CacheCluster>, ctx: Arc<Context>) -> Result<Actio
     ctx.still_leading()?;
     let observed = observe_children(&ctx, &cc).await?;
     let cluster = validate_spec(&ctx, &cc).await?;
-    let (admin, renewal_in) = node_admin_or_degraded(&ctx, &cc, &cluster).await?;
-    let plans = plan_pools(&ctx, &cc, &cluster, &observed, &admin).await;
+    let access = node_admin_or_degraded(&ctx, &cc, &cluster).await?;
+    let (admin, renewal_in) = (&access.admin, access.renewal_in);
+    let (plans, tls_reports) = plan_pools(&ctx, &cc, &cluster, &observed, admin).await;
+    let tls_moving =
+        advance_node_tls(&ctx, &cc, &cluster, access.node_tls.as_ref(), &tls_reports).await?;
     let node_loss = act_on_node_loss(&ctx, &cc, &observed).await?;
     apply_children(&ctx, &cc, &cluster, &observed, &plans).await?;
     ctx.still_leading()?;
-    execute::run_steps(&ctx, &cc, &cluster, &admin, &plans).await?;
+    execute::run_steps(&ctx, &cc, &cluster, admin, &plans).await?;
     record_pool_metrics(&ctx.metrics, &cluster, &plans);
     publish_status(&ctx, &cc, &cluster, &plans).await?;
     let next = next_pass_in(&plans, &node_loss, &observed);
+    // A phase of the nodes' TLS waits for the nodes to load the one before.
+    let next = if tls_moving {
+        next.min(TLS_STEP_REQUEUE)
+    } else {
+        next
+    };
     // An issued certificate is renewed on the pass after it is due.
     Ok(Action::requeue(
         renewal_in.map_or(next, |due| next.min(due)),
@@ -110,7 +124,7 @@ async fn node_admin_or_degraded(
     ctx: &Context,
     cc: &CacheCluster,
     cluster: &ValidatedCluster,
-) -> Result<(NodeAdmin, Option<Duration>)> {
+) -> Result<NodeAccess> {
     match ctx.node_admin(cluster).await {
         Ok(admin) => Ok(admin),
         Err(err) => {
@@ -130,9 +144,9 @@ async fn plan_pools(
     cluster: &ValidatedCluster,
     observed: &Observed,
     admin: &NodeAdmin,
-) -> Vec<(PoolPlan, PoolObservation)> {
+) -> (Vec<(PoolPlan, PoolObservation)>, observe::TlsReports) {
     let resize_supported = ctx.resize_supported.load(Ordering::Relaxed);
-    let observations = observe::observe_pools(
+    let (observations, tls_reports) = observe::observe_pools(
         cluster,
         observed,
         admin,
@@ -140,12 +154,42 @@ async fn plan_pools(
         resize_supported,
     )
     .await;
-    cluster
+    let plans = cluster
         .pools
         .iter()
         .zip(observations)
         .map(|(pool, observation)| (plan::plan_pool(cluster, pool, &observation), observation))
-        .collect()
+        .collect();
+    (plans, tls_reports)
+}
+
+/// The nodes' copy of the TLS Secret moved one phase on when they are ready for it
+/// (`tls_rollout`); each phase written is said in a `RotatingCertificates` event.
+/// Returns whether the copy is still on its way.
+async fn advance_node_tls(
+    ctx: &Context,
+    cc: &CacheCluster,
+    cluster: &ValidatedCluster,
+    node_tls: Option<&secrets::NodeTlsCopy>,
+    reports: &observe::TlsReports,
+) -> Result<bool> {
+    let Some(node_tls) = node_tls else {
+        return Ok(false);
+    };
+    ctx.still_leading()?;
+    Ok(
+        match secrets::advance_node_tls(&ctx.client, cluster, node_tls, reports).await? {
+            NextCopy::Settled => false,
+            NextCopy::Write(_, note) => {
+                ctx.inform(cc, "RotatingCertificates", note).await;
+                true
+            }
+            NextCopy::Wait(note) => {
+                tracing::info!(%note, "the nodes' TLS copy waits");
+                true
+            }
+        },
+    )
 }
 
 /// Pods on lost Kubernetes nodes leave the Services (and, past the bound, the node)

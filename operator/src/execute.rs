@@ -145,11 +145,13 @@ impl PoolRun<'_> {
         };
         let labels = PoolLabels::of(self.cluster, &self.pool.name);
         self.ctx.metrics.pools.rebalanced(&labels, moved.moved);
-        tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, "rebalanced");
-        if moved.moved > 0 || moved.failed > 0 {
+        tracing::info!(pod = %name, moved = moved.moved, bytes = moved.moved_bytes, failed = moved.failed, kept = moved.kept, copied = moved.copied, copy_failed = moved.copy_failed, "rebalanced");
+        if moved.moved > 0 || moved.failed > 0 || moved.copy_failed > 0 {
+            // Unsent moves or copies are asked for again: the node reports them
+            // (`owesHandover`) until a whole rebalance sends everything.
             let note = format!(
-                "{name} handed {} entries ({} bytes) to their owners; {} failed",
-                moved.moved, moved.moved_bytes, moved.failed
+                "{name} handed {} entries ({} bytes) to their owners; {} failed; {} copies sent to owners lacking them, {} failed",
+                moved.moved, moved.moved_bytes, moved.failed, moved.copied, moved.copy_failed
             );
             self.event("HandedOff", note).await;
         }

@@ -75,7 +75,7 @@ pub async fn reconcile(inv: Arc<CacheInvalidation>, ctx: Arc<Context>) -> Result
             invalidation_plan::blocked(previous, generation, &blocked, &now, deadline_passed)
         }
         Ok((cluster, targets)) => {
-            let (admin, _) = ctx.node_admin(&cluster).await?;
+            let admin = ctx.node_admin(&cluster).await?.admin;
             let request = inv.spec.request();
             let calls = invalidation_plan::calls(previous, &targets);
             ctx.still_leading()?;

@@ -5,7 +5,8 @@
 //! - `observe`, `apply`: read-only I/O and server-side apply.
 //! - `plan`: the pure per-pass planner (ring states, live config, resizes, restarts
 //!   with handoff, scaling); `ring`: the published ring; `nodes`: calls to nodes;
-//!   `nodeloss`: when a Kubernetes node is lost and what to do with its pods (pure).
+//!   `nodeloss`: when a Kubernetes node is lost and what to do with its pods (pure);
+//!   `tls_rollout`: the phases in which the nodes' copy of the TLS Secret moves (pure).
 //! - `rollout`: pod readiness and template readers; `status`: conditions and pool
 //!   figures.
 //! - `execute`: the node calls of a plan; [`controller`]: the pipeline of a pass;
@@ -17,7 +18,7 @@
 //!   for the control-plane bench and the tests at the CRD's limits.
 //!
 //! Layering (checked by `scripts/check-layers`, no circle): `validate`, `plan`,
-//! `nodeloss`, `ring`, `rollout`, `status`, `simulate`, `invalidation_plan` and `build/` are pure (no kube
+//! `nodeloss`, `ring`, `rollout`, `status`, `simulate`, `invalidation_plan`, `tls_rollout` and `build/` are pure (no kube
 //! client, tokio, network, file I/O or clock, and no module that has them); the I/O is in
 //! `observe`, `apply`, `execute`, `nodes`, `secrets`, `leader`, `metrics` and `clock`;
 //! `controller` and `invalidations` wire them.
@@ -46,6 +47,7 @@ pub(crate) mod secrets;
 pub mod simulate;
 pub(crate) mod status;
 pub mod telemetry;
+pub(crate) mod tls_rollout;
 pub(crate) mod usage;
 pub mod validate;
 pub(crate) mod warnings;

@@ -260,16 +260,21 @@ async fn observe_nodes(
     (zones, health)
 }
 
+/// The TLS each node that reported says it uses, by pod name (`None`: it did not say).
+pub(crate) type TlsReports = Vec<(String, Option<crds::admin::TlsInUse>)>;
+
 /// Per pool: its pods as the plan sees them, with what each Ready node reports
-/// (`stats`), and the ring last published.
+/// (`stats`), and the ring last published; and, over every pool, the TLS each node that
+/// reported uses.
 pub(crate) async fn observe_pools(
     cluster: &ValidatedCluster,
     observed: &Observed,
     admin: &NodeAdmin,
     previous: Option<&CacheClusterStatus>,
     resize_supported: bool,
-) -> Vec<PoolObservation> {
+) -> (Vec<PoolObservation>, TlsReports) {
     let mut observations = Vec::with_capacity(cluster.pools.len());
+    let mut tls_reports = TlsReports::new();
     for pool in &cluster.pools {
         let sts = observed.statefulset(&cluster.name, &pool.name);
         let template_hash = build::statefulset::template_hash(cluster, pool);
@@ -288,7 +293,7 @@ pub(crate) async fn observe_pools(
                 return None;
             }
             match admin.stats(&ip).await {
-                Ok(stats) => Some(NodeReport::from(&stats)),
+                Ok(stats) => Some((NodeReport::from(&stats), stats.tls)),
                 Err(err) => {
                     tracing::warn!(pod = %pod.name_any(), error = %crate::chain(&err), "node did not report");
                     None
@@ -299,8 +304,12 @@ pub(crate) async fn observe_pools(
         let nodes = pods
             .iter()
             .zip(reports)
-            .filter_map(|(pod, report)| {
+            .filter_map(|(pod, answer)| {
                 let name = pod.name_any();
+                let report = answer.map(|(report, tls)| {
+                    tls_reports.push((name.clone(), tls));
+                    report
+                });
                 let (memory_limit, memory_applied) = rollout::memory_limits(pod);
                 // A memory change that cannot happen in place restarts the node instead.
                 let memory_stuck = memory_limit != Some(pool.memory_limit_bytes)
@@ -337,7 +346,7 @@ pub(crate) async fn observe_pools(
         };
         observations.push(observation);
     }
-    observations
+    (observations, tls_reports)
 }
 
 /// The StatefulSet claims `claims` of a pod on a lost node in `namespace`, each with the

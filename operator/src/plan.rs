@@ -80,8 +80,18 @@ pub struct NodeReport {
     pub last_rebalance_ms_ago: Option<u64>,
     /// It holds copies of keys that are not its own, stored since that rebalance.
     pub holds_strays: bool,
+    /// Its last whole rebalance left moves or copies unsent.
+    pub owes_handover: bool,
     /// Whether it reads ring members' zones (false from images before zones).
     pub reads_zones: bool,
+}
+
+impl NodeReport {
+    /// It owes its peers a rebalance whatever their ages: it holds strays, or its last
+    /// whole rebalance left moves or copies unsent.
+    fn owes_whatever_the_ages(&self) -> bool {
+        self.holds_strays || self.owes_handover
+    }
 }
 
 impl From<&StatsAnswer> for NodeReport {
@@ -97,6 +107,7 @@ impl From<&StatsAnswer> for NodeReport {
             uptime_ms: stats.uptime_ms,
             last_rebalance_ms_ago: stats.last_rebalance_ms_ago,
             holds_strays: stats.holds_strays,
+            owes_handover: stats.owes_handover,
             reads_zones: stats.reads_zones,
         }
     }
@@ -890,6 +901,11 @@ fn rebalance(node: &NodeView) -> Option<Step> {
 /// node kept the strays an old process handed it (a CI run's node-hung: 392 keys with a
 /// third copy for good).
 ///
+/// So is a node whose last whole rebalance left moves or copies unsent (`owesHandover`):
+/// a handoff that failed is asked for again on the next quiet pass. The ring change that
+/// asked for it is published by then, and a peer cut off and back has not restarted, so
+/// neither rule above would ever ask again.
+///
 /// A node up behind its closed gate counts as started: its peers owe it its copies
 /// before it is admitted ([`Pass::waiting_for_copies`]).
 fn owing_a_handover(nodes: &[NodeView]) -> Vec<&NodeView> {
@@ -902,7 +918,7 @@ fn owing_a_handover(nodes: &[NodeView]) -> Vec<&NodeView> {
         .iter()
         .filter(|owing| owing.reachable().is_some())
         .filter(|owing| {
-            owing.report.is_some_and(|r| r.holds_strays)
+            owing.report.is_some_and(|r| r.owes_whatever_the_ages())
                 || started.iter().any(|&(ordinal, uptime)| {
                     ordinal != owing.ordinal && owes_a_handover(owing, uptime)
                 })
@@ -910,14 +926,14 @@ fn owing_a_handover(nodes: &[NodeView]) -> Vec<&NodeView> {
         .collect()
 }
 
-/// `owing` holds strays, or its last whole rebalance (before the first, its own start)
-/// began before a peer that has been serving for `peer_uptime_ms` started. A node that
+/// `owing` holds strays or left sends of its last whole rebalance undone, or that
+/// rebalance (before the first, its own start) began before a peer that has been serving for `peer_uptime_ms` started. A node that
 /// does not report its times (an older image) owes nothing.
 fn owes_a_handover(owing: &NodeView, peer_uptime_ms: u64) -> bool {
     let Some(report) = owing.report else {
         return false;
     };
-    if report.holds_strays {
+    if report.owes_whatever_the_ages() {
         return true;
     }
     report
@@ -1264,6 +1280,44 @@ mod tests {
                 .steps
                 .contains(&Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())),
             "a node not on the ring yet comes first"
+        );
+    }
+
+    #[test]
+    fn a_node_whose_last_rebalance_left_sends_undone_is_asked_again() {
+        // A CI run's node-partition: demo-hot-1 was cut off, left the key space and came
+        // back into it without a restart. demo-hot-0's handoff to it failed; the ring
+        // change that asked for it was published, and every node had served for hours,
+        // so no rule asked demo-hot-0 again and a fifth of the keys kept one copy.
+        let (cluster, mut observed) = timed_pool([
+            (7_200_000, Some(20_000)),
+            (7_100_000, Some(30_000)),
+            (7_000_000, Some(25_000)),
+        ]);
+        let rebalances = |observed: &PoolObservation| {
+            plan_pool(&cluster, &cluster.pools[0], observed)
+                .steps
+                .into_iter()
+                .filter(|s| matches!(s, Step::Rebalance(..)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            rebalances(&observed),
+            [],
+            "old peers and whole rebalances: none"
+        );
+        if let Some(report) = observed.nodes[0].report.as_mut() {
+            report.owes_handover = true;
+        }
+        let plan = plan_pool(&cluster, &cluster.pools[0], &observed);
+        assert_eq!(
+            plan.steps,
+            [Step::Rebalance("demo-hot-0".into(), "10.0.0.0".into())]
+        );
+        assert_eq!(
+            plan.phase,
+            Phase::Configuring,
+            "asked again soon, not at the idle resync"
         );
     }
 

@@ -12,8 +12,9 @@
 //! made by someone else is refused, never adopted: its tokens were chosen by them.
 //! Clusters an earlier operator ran (pools in status, nothing recorded) have their
 //! existing Secrets recorded once, as that operator already used them. The operator reads
-//! only these Secrets and the `ca.crt` of the TLS Secret; of a Secret `spec.auth.secretName`
-//! names it reads only the labels.
+//! only these Secrets and the files of the TLS Secret, which it copies into the nodes'
+//! `<cluster>-node-tls` and moves in phases (`tls_rollout`); of a Secret
+//! `spec.auth.secretName` names it reads only the labels.
 //!
 //! Secrets a spec names (`spec.auth.secretName`, `spec.tls.secretName`) are mounted into
 //! the nodes only when they carry the label [`SECRET_USE_LABEL`]`=<cluster>`: whoever may
@@ -40,6 +41,7 @@ use serde_json::json;
 use crate::build::names;
 use crate::error::{Error, Result, SecretError};
 use crate::issuer;
+use crate::tls_rollout::{self, NextCopy, TlsFiles};
 use crate::validate::ValidatedCluster;
 
 /// The label (value: the CacheCluster's name) a Secret named in a spec must carry.
@@ -71,6 +73,20 @@ pub struct ClusterTokens {
     /// How long until the certificate the operator issued for the cluster is due for
     /// renewal, when it issues one: the next pass comes no later.
     pub certificate_renewal_in: Option<std::time::Duration>,
+    /// The cluster's TLS Secret and the copy the nodes mount, when they serve TLS.
+    pub node_tls: Option<NodeTlsCopy>,
+}
+
+/// The TLS files the cluster's Secret holds (`spec.tls`'s, or the one the operator
+/// issues) and the nodes' copy of them (`<cluster>-node-tls`), which moves towards them
+/// in phases ([`tls_rollout`]).
+pub struct NodeTlsCopy {
+    /// The cluster's Secret's files, checked (`certs`).
+    pub wanted: TlsFiles,
+    /// The copy's files as read this pass.
+    pub copy: TlsFiles,
+    /// The copy as read, replaced only if nobody changed it since.
+    secret: Secret,
 }
 
 impl std::fmt::Debug for ClusterTokens {
@@ -181,6 +197,12 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
         }
         _ => Ok(None),
     };
+    let node_tls = match &cluster.tls_secret {
+        Some(secret) if issued_tls.is_ok() && generated_client_token.is_ok() => {
+            Some(ensure_node_tls(&api, cluster, &mut provenance, secret).await)
+        }
+        _ => None,
+    };
     // What was created is recorded even when another Secret failed: an unrecorded
     // Secret of the operator's own would be refused on the next pass.
     if !provenance.new.is_empty() {
@@ -189,6 +211,7 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
     let mut tokens = internal_tokens?;
     generated_client_token?;
     let certificate_renewal_in = issued_tls?;
+    let node_tls = node_tls.transpose()?;
     match cluster.client_token.as_ref() {
         Some(token) if token.generated => {}
         Some(token) => {
@@ -210,12 +233,20 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
             secret: internal,
             source: SecretError::MissingKey(names::ADMIN_TOKEN_KEY),
         })?;
-    let (tls_ca, tls_identity) = match &cluster.tls_secret {
-        Some(secret) => {
-            let material = read_tls(&api, secret, cluster).await?;
+    // Nodes serve the copy's certificate, signed by a CA of the cluster's Secret or of the
+    // copy; each node trusts the CA of the copy's certificate (the copy serves it only
+    // once every node does), so the operator presents that one.
+    let (tls_ca, tls_identity) = match &node_tls {
+        Some(tls) => {
             let identity = (cluster.tls_client_auth == ClientAuth::Required)
-                .then_some((material.cert, material.key));
-            (Some(material.ca), identity)
+                .then(|| (tls.copy.cert.clone(), tls.copy.key.clone()));
+            (
+                Some(tls_rollout::trusted_while_moving(
+                    &tls.wanted,
+                    Some(&tls.copy),
+                )),
+                identity,
+            )
         }
         None => (None, None),
     };
@@ -224,7 +255,94 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<Clust
         tls_ca,
         tls_identity,
         certificate_renewal_in,
+        node_tls,
     })
+}
+
+/// The cluster's TLS Secret `secret` (checked, [`read_tls`]) and the nodes' copy of it,
+/// made from it when absent (and recorded like every Secret the operator makes).
+async fn ensure_node_tls(
+    api: &Api<Secret>,
+    cluster: &ValidatedCluster,
+    provenance: &mut Provenance,
+    secret: &str,
+) -> Result<NodeTlsCopy> {
+    let material = read_tls(api, secret, cluster).await?;
+    let wanted = TlsFiles {
+        ca: material.ca,
+        cert: material.cert,
+        key: material.key,
+    };
+    let name = names::node_tls_secret(&cluster.name);
+    let copy_secret = get_or_create(api, cluster, provenance, &name, || {
+        Ok(owned_secret(
+            cluster,
+            &name,
+            "kubernetes.io/tls",
+            tls_data(&wanted),
+        ))
+    })
+    .await?;
+    let file = |key: &'static str| {
+        copy_secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .map(|value| Bytes::from(value.0.clone()))
+            .ok_or(Error::Secret {
+                secret: name.clone(),
+                source: SecretError::MissingKey(key),
+            })
+    };
+    let copy = TlsFiles {
+        ca: file(names::TLS_CA_KEY)?,
+        cert: file(names::TLS_CERT_KEY)?,
+        key: file(names::TLS_KEY_KEY)?,
+    };
+    Ok(NodeTlsCopy {
+        wanted,
+        copy,
+        secret: copy_secret,
+    })
+}
+
+/// The data of a TLS Secret holding `files`.
+fn tls_data(files: &TlsFiles) -> BTreeMap<String, ByteString> {
+    BTreeMap::from([
+        (names::TLS_CA_KEY.to_owned(), ByteString(files.ca.to_vec())),
+        (
+            names::TLS_CERT_KEY.to_owned(),
+            ByteString(files.cert.to_vec()),
+        ),
+        (
+            names::TLS_KEY_KEY.to_owned(),
+            ByteString(files.key.to_vec()),
+        ),
+    ])
+}
+
+/// Moves the nodes' copy of the TLS Secret one phase on when the nodes' reports
+/// (`reports`: each node that answered, with the TLS it says it uses) allow
+/// ([`tls_rollout::next_copy`]). Returns what happened (`Write`: the note of the phase
+/// written) or what it waits for; `None` when the copy matches.
+///
+/// # Errors
+/// [`Error::Secret`] when the copy cannot be replaced (changed since it was read: the
+/// next pass reads it again).
+pub async fn advance_node_tls(
+    client: &Client,
+    cluster: &ValidatedCluster,
+    tls: &NodeTlsCopy,
+    reports: &[(String, Option<crds::admin::TlsInUse>)],
+) -> Result<NextCopy> {
+    let next = tls_rollout::next_copy(&tls.wanted, Some(&tls.copy), reports);
+    if let NextCopy::Write(files, note) = &next {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
+        let name = names::node_tls_secret(&cluster.name);
+        replace_data(&api, &name, tls.secret.clone(), tls_data(files)).await?;
+        tracing::info!(secret = %name, %note, "moved the nodes' TLS copy on");
+    }
+    Ok(next)
 }
 
 /// The names the cluster's certificate is called by: each pool's Service name, and its
@@ -465,12 +583,26 @@ async fn ensure_issued_tls(
         text_of(&issuer_secret, names::TLS_CA_KEY).map_err(|e| failed(&issuer_name, e))?;
     let ca_key = text_of(&issuer_secret, names::CA_KEY_KEY).map_err(|e| failed(&issuer_name, e))?;
 
-    // The CA for clients: its certificate alone.
+    // The CA for clients: its certificate, and while a new CA rolls out to the nodes
+    // (`tls_rollout`) the old one too, so a client that reads it then trusts whichever
+    // certificate a node serves.
     let clients_name = names::issued_ca_secret(&cluster.name);
-    let clients_data = BTreeMap::from([(
-        names::TLS_CA_KEY.to_owned(),
-        ByteString(ca_cert.clone().into_bytes()),
-    )]);
+    let copy_ca = api
+        .get_opt(&names::node_tls_secret(&cluster.name))
+        .await
+        .map_err(|err| {
+            failed(
+                &names::node_tls_secret(&cluster.name),
+                SecretError::Get(err),
+            )
+        })?
+        .and_then(|copy| copy.data?.remove(names::TLS_CA_KEY))
+        .map(|ca| ca.0);
+    let for_clients = match copy_ca {
+        Some(copy_ca) => tls_rollout::ca_union(ca_cert.as_bytes(), &copy_ca).to_vec(),
+        None => ca_cert.clone().into_bytes(),
+    };
+    let clients_data = BTreeMap::from([(names::TLS_CA_KEY.to_owned(), ByteString(for_clients))]);
     let clients = get_or_create(api, cluster, provenance, &clients_name, || {
         Ok(owned_secret(
             cluster,

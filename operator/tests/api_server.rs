@@ -1376,6 +1376,7 @@ async fn without_a_secret_the_operator_issues_the_certificate_and_issues_it_agai
         "demo-ca-key",
         "demo-ca",
         "demo-tls",
+        "demo-node-tls",
     ] {
         assert!(
             status.generated_secrets.iter().any(|s| s.name == name),
@@ -1383,7 +1384,12 @@ async fn without_a_secret_the_operator_issues_the_certificate_and_issues_it_agai
             status.generated_secrets
         );
     }
-    // The nodes mount the serving Secret and serve TLS.
+    // The nodes mount the operator's copy of the serving Secret (moved in phases) and
+    // serve TLS.
+    let copy = secrets.get("demo-node-tls").await.unwrap();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert_eq!(data(&copy, key), data(&serving, key), "{key}");
+    }
     let statefulset = Api::<StatefulSet>::namespaced(client.clone(), &ns.name)
         .get("demo-hot")
         .await
@@ -1399,7 +1405,8 @@ async fn without_a_secret_the_operator_issues_the_certificate_and_issues_it_agai
     assert!(
         volumes
             .iter()
-            .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("demo-tls")),
+            .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
+                == Some("demo-node-tls")),
         "{volumes:?}"
     );
     assert!(
@@ -1445,6 +1452,51 @@ async fn without_a_secret_the_operator_issues_the_certificate_and_issues_it_agai
     let cert = data(&renewed, "tls.crt");
     assert!(serves(&cert, &ca, &format!("demo-cold.{}.svc", ns.name)));
     assert!(serves(&cert, &ca, &format!("demo-hot.{}.svc", ns.name)));
+    // Renewed by the same CA, the certificate reaches the nodes' copy in the same pass
+    // (no node reports here, so none is waited for).
+    let copy = secrets.get("demo-node-tls").await.unwrap();
+    assert_eq!(data(&copy, "tls.crt"), cert);
+    assert_eq!(data(&copy, "ca.crt"), ca);
+
+    // A new CA (the issuer Secret replaced by its owner's hand: deleted, made again) is
+    // trusted by the nodes' copy beside the old before its certificate is served; with no
+    // node to wait for, every step follows on the next passes.
+    secrets
+        .delete("demo-ca-key", &Default::default())
+        .await
+        .unwrap();
+    reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+        .await
+        .unwrap();
+    let new_ca = data(&secrets.get("demo-ca-key").await.unwrap(), "ca.crt");
+    assert_ne!(new_ca, ca);
+    let copy = secrets.get("demo-node-tls").await.unwrap();
+    let trusted = String::from_utf8_lossy(&data(&copy, "ca.crt")).into_owned();
+    assert!(
+        trusted.contains(String::from_utf8_lossy(&ca).trim())
+            && trusted.contains(String::from_utf8_lossy(&new_ca).trim()),
+        "step 1: both CAs trusted"
+    );
+    assert_eq!(
+        data(&copy, "tls.crt"),
+        cert,
+        "step 1: the old certificate still served"
+    );
+    for _ in 0..2 {
+        reconcile(Arc::new(fetch(&client, &ns.name).await), context(&client))
+            .await
+            .unwrap();
+    }
+    let copy = secrets.get("demo-node-tls").await.unwrap();
+    let serving = secrets.get("demo-tls").await.unwrap();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        assert_eq!(
+            data(&copy, key),
+            data(&serving, key),
+            "{key} after the last step"
+        );
+    }
+    assert_eq!(data(&copy, "ca.crt"), new_ca);
     ns.delete().await;
 }
 

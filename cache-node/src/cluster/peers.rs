@@ -77,6 +77,8 @@ struct PeerTls {
     /// The certificate chain and key (PEM) this node presents to peers that require
     /// client certificates.
     identity: Option<(Bytes, Bytes)>,
+    /// The certificate chain (PEM) this node serves, for its `stats` ([`Peers::tls_in_use`]).
+    served: Option<Bytes>,
 }
 
 impl std::fmt::Debug for PeerTls {
@@ -89,6 +91,20 @@ impl std::fmt::Debug for PeerTls {
 }
 
 pub use crate::metrics::PeerError;
+
+/// The SHA-256 fingerprint (lowercase hex) of each certificate in `pem`, in order;
+/// items that do not parse are left out.
+fn sha256_fingerprints(pem: &[u8]) -> Vec<String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .map(|der| {
+            let digest = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+            digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+        })
+        .collect()
+}
 
 impl Peers {
     /// Peers whose calls and failures are counted in `metrics`.
@@ -125,6 +141,28 @@ impl Peers {
         self
     }
 
+    /// These peers' node serves `cert` (PEM chain), as its `stats` say.
+    #[must_use]
+    pub fn serving(self, cert: Option<Bytes>) -> Self {
+        self.tls.lock().served = cert;
+        self
+    }
+
+    /// The TLS material in use, as fingerprints: the certificate served and each CA
+    /// certificate peers are verified against; none for a plaintext node.
+    pub fn tls_in_use(&self) -> Option<crds::admin::TlsInUse> {
+        let tls = self.tls.lock();
+        let ca = tls.ca.as_ref()?;
+        Some(crds::admin::TlsInUse {
+            served_sha256: tls
+                .served
+                .as_deref()
+                .and_then(|pem| sha256_fingerprints(pem).into_iter().next())
+                .unwrap_or_default(),
+            trusted_sha256: sha256_fingerprints(ca),
+        })
+    }
+
     /// Verifies peers against `ca` from now on: new channels are made with it (calls
     /// under way finish on the channels they have).
     pub fn rotate_ca(&self, ca: Bytes) {
@@ -136,6 +174,7 @@ impl Peers {
     /// certificate at all (calls under way finish on the channels they have).
     pub fn rotate_identity(&self, cert: Bytes, key: Bytes) {
         let mut tls = self.tls.lock();
+        tls.served = Some(cert.clone());
         if tls.identity.is_some() {
             tls.identity = Some((cert, key));
             drop(tls);

@@ -82,6 +82,12 @@ impl Cluster {
                 // operator asks again.
                 *self.last_rebalance.lock() = previous;
             }
+            if request.limit.is_none() {
+                self.owes_handover.store(
+                    report.failed > 0 || report.copy_failed > 0,
+                    std::sync::atomic::Ordering::Release,
+                );
+            }
             self.metrics
                 .rebalance_finished(report.failed == 0 && report.copy_failed == 0);
             report
@@ -91,6 +97,8 @@ impl Cluster {
             moved_bytes = report.moved_bytes,
             failed = report.failed,
             kept = report.kept,
+            copied = report.copied,
+            copy_failed = report.copy_failed,
             ring_version = report.ring_version,
             dry_run = request.dry_run,
             "rebalance finished"

@@ -227,8 +227,10 @@ pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
         uptime_ms: None,
         last_rebalance_ms_ago: None,
         holds_strays: false,
+        owes_handover: false,
         // This binary reads ring members' zones (routing/ring.rs): the operator may
         // publish them to it.
         reads_zones: true,
+        tls: None,
     }
 }

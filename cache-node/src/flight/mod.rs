@@ -764,6 +764,8 @@ impl FlightService for FlightCacheService {
                         uptime_ms: Some(millis(self.cluster.uptime())),
                         last_rebalance_ms_ago: self.cluster.last_rebalance_ago().map(millis),
                         holds_strays: self.cluster.holds_strays(),
+                        owes_handover: self.cluster.owes_handover(),
+                        tls: self.cluster.peers().tls_in_use(),
                         ..actions::node_stats(&self.store, &self.live, routing)
                     };
                     Bytes::from(admin::encode(&answer))

@@ -71,9 +71,9 @@ pub struct CacheClusterStatus {
     pub ca_secret: Option<String>,
 
     /// The Secrets the operator generated for this cluster (`<cluster>-internal`,
-    /// `<cluster>-client-token`, and with `spec.tls: {}` `<cluster>-ca-key`,
-    /// `<cluster>-ca` and `<cluster>-tls`), each with the uid it had when the operator
-    /// created it.
+    /// `<cluster>-client-token`, with TLS `<cluster>-node-tls` (the nodes' copy of the
+    /// TLS Secret), and with `spec.tls: {}` `<cluster>-ca-key`, `<cluster>-ca` and
+    /// `<cluster>-tls`), each with the uid it had when the operator created it.
     /// The operator uses a Secret of those names only when its uid is the one recorded
     /// here: an ownerReference can be written by anyone who may create Secrets, this
     /// status only by the operator.

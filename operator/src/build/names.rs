@@ -75,6 +75,12 @@ pub fn issued_tls_secret(cluster: &str) -> String {
     format!("{cluster}-tls")
 }
 
+/// Name of the Secret the nodes mount for TLS: the operator's copy of the cluster's TLS
+/// Secret, moved towards it in phases (`tls_rollout`).
+pub fn node_tls_secret(cluster: &str) -> String {
+    format!("{cluster}-node-tls")
+}
+
 /// Name of the Secret holding the CA clients trust when the operator issues the
 /// cluster's certificate (`ca.crt` only): the one `status.caSecret` names.
 pub fn issued_ca_secret(cluster: &str) -> String {

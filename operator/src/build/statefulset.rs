@@ -189,12 +189,14 @@ fn build_pod_template(cluster: &ValidatedCluster, pool: &ValidatedPool) -> PodTe
             (names::PEER_TOKEN_KEY, names::PEER_TOKEN_KEY),
         ],
     )];
-    if let Some(secret) = &cluster.tls_secret {
+    if cluster.tls_secret.is_some() {
+        // The operator's copy of the cluster's TLS Secret, which it moves in phases so
+        // that no node serves a certificate a peer does not trust yet (`tls_rollout`).
         // Whole files of the Secret's keys: the kubelet replaces them when the Secret
         // changes (no subPath), and the node re-reads them.
         secrets.push((
             "tls",
-            secret.clone(),
+            names::node_tls_secret(&cluster.name),
             vec![
                 (names::TLS_CERT_KEY, names::TLS_CERT_KEY),
                 (names::TLS_KEY_KEY, names::TLS_KEY_KEY),
@@ -610,7 +612,8 @@ mod tests {
             .unwrap()
             .secret
             .unwrap();
-        assert_eq!(tls.secret_name.as_deref(), Some("certs"));
+        // The operator's copy of Secret `certs`, moved in phases (`tls_rollout`).
+        assert_eq!(tls.secret_name.as_deref(), Some("demo-node-tls"));
         let files: Vec<String> = tls.items.unwrap().into_iter().map(|i| i.path).collect();
         assert_eq!(files, ["tls.crt", "tls.key", "ca.crt"]);
         let container = &pod.containers[0];
