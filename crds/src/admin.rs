@@ -441,6 +441,21 @@ pub struct TlsInUse {
     pub trusted_sha256: Vec<String>,
 }
 
+/// The SHA-256 fingerprint (lowercase hex) of each certificate in `pem`, in order, as
+/// [`TlsInUse`] carries them; items that do not parse are left out. The node reports with
+/// it and the operator compares with it, so both hash the same bytes (the DER).
+pub fn certificate_fingerprints(pem: &[u8]) -> Vec<String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .map(|der| {
+            let digest = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+            digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+        })
+        .collect()
+}
+
 /// The answer to `configure`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -796,6 +811,37 @@ mod tests {
         assert_eq!(stats.member_state, Some(MemberState::Draining));
         assert_eq!(stats.eviction, EvictionPolicy::Tinylfu);
         assert_eq!(stats.evictions.replaced, 4);
+    }
+
+    /// A certificate made by `openssl req -x509` (P-256), and the SHA-256 of its DER as
+    /// `openssl x509 -outform der | sha256sum` printed it.
+    const OPENSSL_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBjDCCATGgAwIBAgIUFFN97I+8YYWexDr1SzR7RZuklFowCgYIKoZIzj0EAwIw
+GzEZMBcGA1UEAwwQZmluZ2VycHJpbnQgdGVzdDAeFw0yNjExMjkxNTU5NDFaFw0z
+NjExMjYxNTU5NDFaMBsxGTAXBgNVBAMMEGZpbmdlcnByaW50IHRlc3QwWTATBgcq
+hkjOPQIBBggqhkjOPQMBBwNCAAQFKOL4Pfe2oVNxwhETeRS2ludpfjCpwFjOdHrT
+T88jdcjfD8EG1FQyoL8E+I8Or1ScpjaGLUe9LBEyKw4VsHvxo1MwUTAdBgNVHQ4E
+FgQUT18cKI6+sdU32WqsgQqwjk4A7fUwHwYDVR0jBBgwFoAUT18cKI6+sdU32Wqs
+gQqwjk4A7fUwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEA4dWo
+uzt0kUbMuzFuJk2962Nea24uAaEmCkfv9mzGLrkCIQCrzm5DGyruv1kdMRAvQA/+
+wIc2uhzJD7rDqiTt2KxvUg==
+-----END CERTIFICATE-----\n";
+    const OPENSSL_CERT_SHA256: &str =
+        "de23f49e242a187efc69e0d4c12787a249b4cec91a830f0ab2e6d0c788232542";
+
+    #[test]
+    fn certificate_fingerprints_are_the_sha256_of_each_der_as_openssl_prints_it() {
+        assert_eq!(
+            certificate_fingerprints(OPENSSL_CERT.as_bytes()),
+            [OPENSSL_CERT_SHA256]
+        );
+        let bundle = format!("{OPENSSL_CERT}junk between\n{OPENSSL_CERT}");
+        assert_eq!(
+            certificate_fingerprints(bundle.as_bytes()),
+            [OPENSSL_CERT_SHA256, OPENSSL_CERT_SHA256],
+            "each certificate, in order"
+        );
+        assert!(certificate_fingerprints(b"no certificate").is_empty());
     }
 
     #[test]

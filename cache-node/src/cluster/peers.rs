@@ -92,20 +92,6 @@ impl std::fmt::Debug for PeerTls {
 
 pub use crate::metrics::PeerError;
 
-/// The SHA-256 fingerprint (lowercase hex) of each certificate in `pem`, in order;
-/// items that do not parse are left out.
-fn sha256_fingerprints(pem: &[u8]) -> Vec<String> {
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
-    CertificateDer::pem_slice_iter(pem)
-        .filter_map(Result::ok)
-        .map(|der| {
-            let digest = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
-            digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-        })
-        .collect()
-}
-
 impl Peers {
     /// Peers whose calls and failures are counted in `metrics`.
     pub fn with_metrics(metrics: Arc<Metrics>) -> Self {
@@ -157,9 +143,13 @@ impl Peers {
             served_sha256: tls
                 .served
                 .as_deref()
-                .and_then(|pem| sha256_fingerprints(pem).into_iter().next())
+                .and_then(|pem| {
+                    crds::admin::certificate_fingerprints(pem)
+                        .into_iter()
+                        .next()
+                })
                 .unwrap_or_default(),
-            trusted_sha256: sha256_fingerprints(ca),
+            trusted_sha256: crds::admin::certificate_fingerprints(ca),
         })
     }
 
