@@ -176,6 +176,20 @@ async fn rebalance_after_scale_out_moves_only_the_new_members_keys() {
         .cloned()
         .collect();
     assert!((60..140).contains(&to_c.len()), "{} keys move", to_c.len());
+    // The ring that makes n-2 active asks the two others for a handoff: each says it owes
+    // one until it has rebalanced on that ring (the operator asks again otherwise); n-2,
+    // the newcomer, owes nothing.
+    let owes = |i: usize| {
+        let cluster = &cluster;
+        async move { stats(&mut cluster.client(i).await).await["owesHandover"].clone() }
+    };
+    assert_eq!(
+        [owes(0).await, owes(1).await, owes(2).await],
+        [true, true, false]
+    );
+    let dry = rebalance(cluster.node(0), r#"{"dryRun": true}"#).await;
+    assert_eq!(dry["failed"], 0);
+    assert_eq!(owes(0).await, true, "a dry run is not the handoff");
     let moved: u64 = [
         rebalance(cluster.node(0), "").await,
         rebalance(cluster.node(1), "").await,
@@ -187,6 +201,10 @@ async fn rebalance_after_scale_out_moves_only_the_new_members_keys() {
     })
     .sum();
     assert_eq!(moved, to_c.len() as u64);
+    assert_eq!(
+        [owes(0).await, owes(1).await, owes(2).await],
+        [false, false, false]
+    );
     for i in 0..3 {
         for key in store_keys(cluster.node(i)) {
             assert_eq!(
@@ -203,6 +221,11 @@ async fn rebalance_after_scale_out_moves_only_the_new_members_keys() {
             rebalanced_batches(i)
         );
     }
+    // A ring that only takes a member out (n-2 cut off: joining) asks nobody.
+    cluster
+        .publish_document(cluster.topology_with(4, &["active", "active", "joining"]))
+        .await;
+    assert_eq!([owes(0).await, owes(1).await], [false, false]);
     cluster.shutdown().await;
 }
 

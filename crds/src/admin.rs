@@ -412,7 +412,9 @@ pub struct StatsAnswer {
     #[serde(default)]
     pub holds_strays: bool,
     /// The node's last whole `rebalance` could not send everything it owed (a move or a
-    /// copy failed: an owner unreachable or refusing then): it still owes its peers a
+    /// copy failed: an owner unreachable or refusing then), or a ring it installed since
+    /// asked it to hand off ([`crate::node_config::Topology::asks_handoff_of`]) and no
+    /// whole `rebalance` on that ring has sent everything yet: it still owes its peers a
     /// handover whatever their ages, and is asked again (false from nodes that predate
     /// it).
     #[serde(default)]

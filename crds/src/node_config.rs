@@ -440,6 +440,46 @@ impl Topology {
         }
         Ok(())
     }
+
+    /// The members active in this ring that were not in `previous` (new, or joining or
+    /// draining there): each is owed its keys by the others.
+    pub fn entering_since<'a>(&'a self, previous: &Topology) -> Vec<&'a str> {
+        self.members
+            .iter()
+            .filter(|m| m.state == MemberState::Active)
+            .filter(|m| {
+                !previous
+                    .members
+                    .iter()
+                    .any(|old| old.id == m.id && old.state == MemberState::Active)
+            })
+            .map(|m| m.id.as_str())
+            .collect()
+    }
+
+    /// Whether keys' second copies move between `previous` and this ring with nobody
+    /// entering: the number of copies changed, or, with two, a member of both rings sits
+    /// in another zone (a key's first owner stays; its second choice may not).
+    pub fn copies_moved_since(&self, previous: &Topology) -> bool {
+        previous.replicas != self.replicas
+            || (self.replicas > 1
+                && previous.members.iter().any(|old| {
+                    self.members
+                        .iter()
+                        .any(|new| new.id == old.id && new.zone != old.zone)
+                }))
+    }
+
+    /// Whether going from `previous` to this ring asks `member` to hand off (rebalance):
+    /// a member entered and `member` is not one of them (it holds keys the newcomer now
+    /// owns, or copies it lacks), or copies moved. The operator asks exactly these nodes
+    /// in the pass that publishes the ring; a node that installs such a ring says it owes
+    /// a handover (`owesHandover`) until a whole rebalance on it sends everything, so a
+    /// rebalance the pass did not get to is asked for again.
+    pub fn asks_handoff_of(&self, previous: &Topology, member: &str) -> bool {
+        let entering = self.entering_since(previous);
+        (!entering.is_empty() && !entering.contains(&member)) || self.copies_moved_since(previous)
+    }
 }
 
 /// A whole node config document: the [`NodeConfig`] fields plus an optional `topology`.
@@ -689,6 +729,145 @@ mod tests {
     use std::error::Error as _;
 
     use super::*;
+
+    fn ring(version: u64, replicas: u8, members: &[(&str, MemberState, Option<&str>)]) -> Topology {
+        Topology {
+            version,
+            replicas,
+            members: members
+                .iter()
+                .map(|&(id, state, zone)| TopologyMember {
+                    id: id.to_owned(),
+                    address: format!("{id}:50051"),
+                    state,
+                    zone: zone.map(str::to_owned),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_ring_asks_the_others_to_hand_off_when_a_member_enters_or_copies_move() {
+        use MemberState::{Active, Draining, Joining};
+        let zoned = |z: &'static str| Some(z);
+        let whole = ring(
+            1,
+            2,
+            &[
+                ("n-0", Active, zoned("a")),
+                ("n-1", Active, zoned("b")),
+                ("n-2", Active, zoned("c")),
+            ],
+        );
+        // n-2 cut off: out of the key space. Nobody enters, nobody is asked.
+        let out = ring(
+            2,
+            2,
+            &[
+                ("n-0", Active, zoned("a")),
+                ("n-1", Active, zoned("b")),
+                ("n-2", Joining, zoned("c")),
+            ],
+        );
+        assert!(out.entering_since(&whole).is_empty());
+        assert!(
+            ["n-0", "n-1", "n-2"]
+                .iter()
+                .all(|m| !out.asks_handoff_of(&whole, m))
+        );
+        // Back in: n-2 enters; the two others owe it its keys and copies, it owes nothing.
+        let back = ring(
+            3,
+            2,
+            &whole
+                .members
+                .iter()
+                .map(|m| (m.id.as_str(), m.state, m.zone.as_deref()))
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(back.entering_since(&out), ["n-2"]);
+        assert!(back.asks_handoff_of(&out, "n-0"));
+        assert!(back.asks_handoff_of(&out, "n-1"));
+        assert!(!back.asks_handoff_of(&out, "n-2"));
+        // A new member (scale-out straight to active) enters too.
+        let grown = ring(
+            4,
+            2,
+            &[
+                ("n-0", Active, None),
+                ("n-1", Active, None),
+                ("n-2", Active, None),
+                ("n-3", Active, None),
+            ],
+        );
+        let three = ring(
+            3,
+            2,
+            &[
+                ("n-0", Active, None),
+                ("n-1", Active, None),
+                ("n-2", Active, None),
+            ],
+        );
+        assert_eq!(grown.entering_since(&three), ["n-3"]);
+        // A member draining enters nobody; its own handoff is the operator's step.
+        let draining = ring(
+            4,
+            2,
+            &[
+                ("n-0", Active, None),
+                ("n-1", Active, None),
+                ("n-2", Draining, None),
+            ],
+        );
+        assert!(!draining.asks_handoff_of(&three, "n-0"));
+        // Copies move: replicas changed, or a member moved zone with two copies.
+        let one_copy = ring(
+            4,
+            1,
+            &[
+                ("n-0", Active, None),
+                ("n-1", Active, None),
+                ("n-2", Active, None),
+            ],
+        );
+        assert!(one_copy.asks_handoff_of(&three, "n-2"));
+        let moved = ring(
+            4,
+            2,
+            &[
+                ("n-0", Active, zoned("a")),
+                ("n-1", Active, zoned("c")),
+                ("n-2", Active, zoned("c")),
+            ],
+        );
+        assert!(moved.copies_moved_since(&whole));
+        assert!(moved.asks_handoff_of(&whole, "n-0"));
+        let moved_one_copy = ring(
+            5,
+            1,
+            &moved
+                .members
+                .iter()
+                .map(|m| (m.id.as_str(), m.state, m.zone.as_deref()))
+                .collect::<Vec<_>>(),
+        );
+        let whole_one_copy = ring(
+            1,
+            1,
+            &whole
+                .members
+                .iter()
+                .map(|m| (m.id.as_str(), m.state, m.zone.as_deref()))
+                .collect::<Vec<_>>(),
+        );
+        assert!(
+            !moved_one_copy.copies_moved_since(&whole_one_copy),
+            "one copy: zones move nothing"
+        );
+        // Members that come or go are not zone moves.
+        assert!(!grown.copies_moved_since(&three));
+    }
 
     #[test]
     fn the_documented_example_parses() {

@@ -3,7 +3,8 @@
 //! what the node-loss plan says about pods on lost Kubernetes nodes (mark NotReady,
 //! force-delete with their node-local claims).
 //!
-//! A failed node call ends that pool's pass; the next pass plans again from what the
+//! A failed node call ends that pool's pass, but for a rebalance: the pass's other
+//! rebalances still run, and nothing after them; the next pass plans again from what the
 //! nodes then report. A failed node-loss write is logged and tried again next pass.
 //!
 //! Owns: the order of a plan's node calls and pod operations, with their events and
@@ -32,7 +33,8 @@ use crate::warnings::Warning;
 use crate::{build, observe, rollout};
 
 /// Runs the node calls of each pool's plan, in order; a failed call ends that pool's
-/// pass (the next pass plans again from what the nodes then report).
+/// pass once the pass's other rebalances have run ([`PassProgress`]; the next pass plans
+/// again from what the nodes then report).
 pub(crate) async fn run_steps(
     ctx: &Context,
     cc: &CacheCluster,
@@ -52,21 +54,49 @@ pub(crate) async fn run_steps(
             topology: &plan.layout.topology,
         };
         run.announce_ring_change(observation).await;
+        let mut pass = PassProgress::default();
         for step in &plan.steps {
-            if run.step(step).await? == Next::EndPass {
+            if !pass.runs(step) {
                 break;
             }
+            pass.after(run.step(step).await?);
         }
     }
     Ok(())
 }
 
 /// What a step's outcome means for the rest of its pool's pass.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
     Continue,
     /// The step failed or cannot be taken now: the next pass plans again.
     EndPass,
+    /// A rebalance did not send everything: the pass's other rebalances still run (each
+    /// node's handoff is its own; one owner unreachable from one node must not keep the
+    /// others from sending theirs), nothing after them does.
+    HandoffsOnly,
+}
+
+/// Which of a pool's steps still run, given the outcomes so far.
+#[derive(Debug, Default)]
+struct PassProgress {
+    ended: bool,
+    handoffs_only: bool,
+}
+
+impl PassProgress {
+    /// Whether `step` runs now.
+    fn runs(&self, step: &Step) -> bool {
+        !self.ended && (!self.handoffs_only || matches!(step, Step::Rebalance(..)))
+    }
+
+    fn after(&mut self, next: Next) {
+        match next {
+            Next::Continue => {}
+            Next::EndPass => self.ended = true,
+            Next::HandoffsOnly => self.handoffs_only = true,
+        }
+    }
 }
 
 /// One pool's pass: what its steps need.
@@ -132,15 +162,16 @@ impl PoolRun<'_> {
         next
     }
 
-    /// A node hands off what it does not own; a move that failed for some entries ends
-    /// the pass (nothing is restarted or shrunk on an incomplete handoff).
+    /// A node hands off what it does not own; a move that failed for some entries, or a
+    /// call that failed, leaves only the pass's other rebalances to run (nothing is
+    /// restarted or shrunk on an incomplete handoff).
     async fn rebalance(&self, name: &str, ip: &str) -> Next {
         let moved = match self.admin.rebalance(ip).await {
             Ok(moved) => moved,
             Err(err) => {
                 tracing::warn!(pod = %name, error = %crate::chain(&err), "rebalance failed");
                 self.ctx.metrics.node_call_failed(AdminAction::Rebalance);
-                return Next::EndPass;
+                return Next::HandoffsOnly;
             }
         };
         let labels = PoolLabels::of(self.cluster, &self.pool.name);
@@ -156,7 +187,7 @@ impl PoolRun<'_> {
             self.event("HandedOff", note).await;
         }
         if moved.failed > 0 {
-            Next::EndPass
+            Next::HandoffsOnly
         } else {
             Next::Continue
         }
@@ -394,5 +425,55 @@ async fn force_delete(ctx: &Context, cc: &CacheCluster, namespace: &str, lost: &
         tracing::warn!(node = %lost.node, lost_seconds = lost.lost_seconds, pods = ?deleted, claims = ?deleted_claims, "node lost: pods force-deleted");
         let what = nodeloss::force_deleted_note(lost, &deleted, &deleted_claims);
         ctx.warn(cc, Warning::NodeLost, &what).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(outcomes: &[(Step, Next)]) -> Vec<Step> {
+        let mut pass = PassProgress::default();
+        let mut ran = Vec::new();
+        for (step, next) in outcomes {
+            if !pass.runs(step) {
+                break;
+            }
+            ran.push(step.clone());
+            pass.after(*next);
+        }
+        ran
+    }
+
+    fn rebalance(n: u8) -> Step {
+        Step::Rebalance(format!("demo-hot-{n}"), format!("10.0.0.{n}"))
+    }
+
+    /// A CI run's node-partition: node 0's sends to the returning node failed, the pass
+    /// ended, node 1 was never asked, and 215 keys kept one copy.
+    #[test]
+    fn a_failed_handoff_leaves_the_other_nodes_handoffs_to_run_and_nothing_after() {
+        let evict = Step::Evict("demo-hot-2".into());
+        let steps = [
+            (rebalance(0), Next::HandoffsOnly),
+            (rebalance(1), Next::Continue),
+            (rebalance(2), Next::Continue),
+            (evict.clone(), Next::Continue),
+        ];
+        assert_eq!(ran(&steps), [rebalance(0), rebalance(1), rebalance(2)]);
+        // All sent: the restart goes on.
+        let sent = [
+            (rebalance(0), Next::Continue),
+            (rebalance(1), Next::Continue),
+            (evict.clone(), Next::Continue),
+        ];
+        assert_eq!(ran(&sent).last(), Some(&evict));
+        // Any other failure ends the pass at once.
+        let push = Step::PushRing(vec![("demo-hot-0".into(), "10.0.0.0".into())]);
+        let ended = [
+            (push.clone(), Next::EndPass),
+            (rebalance(0), Next::Continue),
+        ];
+        assert_eq!(ran(&ended), [push]);
     }
 }

@@ -336,7 +336,7 @@ pub fn plan_pool(
     // The node calls, in the order they run.
     let mut steps = pass.gate_steps(&states, topology.version);
     steps.extend(pass.ring_push(topology.version));
-    steps.extend(pass.handoffs(&states, &leaving, &topology, ring_changed));
+    steps.extend(pass.handoffs(&leaving, &topology, ring_changed));
     steps.extend(pass.restarts(&states, cold_restart));
     // A replacement waiting at its gate for its copies leaves the ring quiet: its peers
     // are asked for them while it waits.
@@ -714,35 +714,24 @@ impl<'a> Pass<'a> {
     /// The rebalances a changed ring asks for: entering members get their keys from the
     /// others; a new number of copies (or second copies moved between zones) has every
     /// node move its copies; leaving nodes with entries hand them off.
-    fn handoffs(
-        &self,
-        states: &BTreeMap<i32, MemberState>,
-        leaving: &[i32],
-        topology: &Topology,
-        ring_changed: bool,
-    ) -> Vec<Step> {
+    fn handoffs(&self, leaving: &[i32], topology: &Topology, ring_changed: bool) -> Vec<Step> {
+        // One definition with the nodes' (`Topology::asks_handoff_of`): a node that installs
+        // the ring says it owes a handover until it has rebalanced on it.
         let previous = self.previous();
-        let entering: Vec<i32> = states
-            .iter()
-            .filter(|&(&o, &s)| {
-                s == MemberState::Active && previous.is_some() && self.previous_state(o) != Some(s)
-            })
-            .map(|(&o, _)| o)
-            .collect();
+        let entering: Vec<&str> = previous
+            .map(|p| topology.entering_since(p))
+            .unwrap_or_default();
         // A new number of copies per key moves no key's first choice, so nobody enters.
         // A member in another zone is the same with two copies (zones move second copies
         // only, never a key's owner).
-        let copies_changed = previous.is_some_and(|p| {
-            p.replicas != topology.replicas
-                || (topology.replicas > 1 && ring::zones_moved(p, topology))
-        });
+        let copies_changed = previous.is_some_and(|p| topology.copies_moved_since(p));
         let mut giving: Vec<&NodeView> = Vec::new();
         if ring_changed && !entering.is_empty() {
             giving.extend(
                 self.observed
                     .nodes
                     .iter()
-                    .filter(|n| !entering.contains(&n.ordinal)),
+                    .filter(|n| !entering.contains(&n.name.as_str())),
             );
         }
         if ring_changed && copies_changed && entering.is_empty() {
@@ -901,10 +890,11 @@ fn rebalance(node: &NodeView) -> Option<Step> {
 /// node kept the strays an old process handed it (a CI run's node-hung: 392 keys with a
 /// third copy for good).
 ///
-/// So is a node whose last whole rebalance left moves or copies unsent (`owesHandover`):
-/// a handoff that failed is asked for again on the next quiet pass. The ring change that
-/// asked for it is published by then, and a peer cut off and back has not restarted, so
-/// neither rule above would ever ask again.
+/// So is a node whose last whole rebalance left moves or copies unsent, or that installed
+/// a ring asking it to hand off and has not rebalanced on it yet (`owesHandover`): a
+/// handoff that failed, or was never called, is asked for on the next quiet pass. The
+/// ring change that asked for it is published by then, and a peer cut off and back has
+/// not restarted, so neither rule above would ever ask again.
 ///
 /// A node up behind its closed gate counts as started: its peers owe it its copies
 /// before it is admitted ([`Pass::waiting_for_copies`]).
@@ -2309,7 +2299,7 @@ mod tests {
             let states = pass.member_states(&leaving);
             let topology = pass.next_ring(&states);
             assert_eq!(
-                pass.handoffs(&states, &leaving, &topology, true),
+                pass.handoffs(&leaving, &topology, true),
                 vec![Step::Rebalance("demo-hot-2".into(), "10.0.0.2".into())],
                 "the drained one and the unreachable one are not asked"
             );

@@ -120,16 +120,6 @@ pub fn same_ring(a: &Topology, b: &Topology) -> bool {
     key(a) == key(b)
 }
 
-/// Whether a member of both rings sits in another zone in `b` than in `a` (with two
-/// copies, such a change moves second copies: every node must rebalance).
-pub fn zones_moved(a: &Topology, b: &Topology) -> bool {
-    a.members.iter().any(|old| {
-        b.members
-            .iter()
-            .any(|new| new.id == old.id && new.zone != old.zone)
-    })
-}
-
 /// Where an observed pod runs, as far as its Node says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum PodZone {
@@ -420,16 +410,22 @@ mod tests {
         let zoned = plan_topology(&cluster, pool, &all_active(3), &placed, Some(&plain), 1);
         assert_eq!(zoned.version, 2, "zones appearing is a new ring");
         assert_eq!(zoned.members[1].zone.as_deref(), Some("zone-b"));
-        assert!(zones_moved(&plain, &zoned));
+        // With two copies a zone change moves second copies (with one it moves nothing).
+        let two = |t: &Topology| Topology {
+            replicas: 2,
+            ..t.clone()
+        };
+        assert!(two(&zoned).copies_moved_since(&two(&plain)));
+        assert!(!zoned.copies_moved_since(&plain));
         let same = plan_topology(&cluster, pool, &all_active(3), &placed, Some(&zoned), 2);
         assert_eq!(same.version, 2);
         let moved = zones(&[(0, "zone-a"), (1, "zone-c"), (2, "zone-c")]);
         let next = plan_topology(&cluster, pool, &all_active(3), &moved, Some(&same), 2);
         assert_eq!(next.version, 3, "a member in another zone is a new ring");
-        assert!(zones_moved(&same, &next));
+        assert!(two(&next).copies_moved_since(&two(&same)));
         // Members that come or go are not zone moves.
         let grown = plan_topology(&cluster, pool, &all_active(4), &moved, Some(&next), 3);
-        assert!(!zones_moved(&next, &grown));
+        assert!(!two(&grown).copies_moved_since(&two(&next)));
     }
 
     /// A Ready pod that answered, in `zone`, running `image`, reading zones or not.

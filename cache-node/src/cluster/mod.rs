@@ -76,6 +76,13 @@ pub struct Cluster {
     /// again: the ring had not changed since, and the owner had not restarted (a CI run's
     /// node-partition: 219 of 1,111 sampled keys kept one copy for good).
     owes_handover: Arc<std::sync::atomic::AtomicBool>,
+    /// The ring version of the last whole rebalance that sent everything (0: none): a
+    /// ring installed since that asked this node to hand off
+    /// ([`RoutingTable::handoff_asked_at`]) is owed until one runs on it. The operator
+    /// asks in the pass that publishes the ring, but that call may not come: a CI run's
+    /// node-partition ended the pass at another node's failed sends, and the node that
+    /// was never asked kept 215 keys' only copies.
+    rebalanced_through: Arc<std::sync::atomic::AtomicU64>,
     /// Set once the node begins to stop (see [`Cluster::begin_stopping`]).
     stopping: Arc<std::sync::atomic::AtomicBool>,
     /// Rebalance sends that failed because the owner could not take them then (see
@@ -127,6 +134,7 @@ impl Cluster {
             last_rebalance: Arc::new(parking_lot::Mutex::new(None)),
             holds_copies_not_its_own: Arc::default(),
             owes_handover: Arc::default(),
+            rebalanced_through: Arc::default(),
             stopping: Arc::default(),
             rebalance_deferred: Arc::default(),
         }
@@ -145,10 +153,15 @@ impl Cluster {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Whether the last whole rebalance left a move or a copy unsent (see the field).
+    /// Whether the last whole rebalance left a move or a copy unsent, or a ring installed
+    /// since asked this node to hand off (see the fields).
     pub fn owes_handover(&self) -> bool {
         self.owes_handover
             .load(std::sync::atomic::Ordering::Acquire)
+            || self.routing.handoff_asked_at()
+                > self
+                    .rebalanced_through
+                    .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How long ago its last whole rebalance (not a dry run, no limit) started; `None`

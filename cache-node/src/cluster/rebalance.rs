@@ -83,10 +83,14 @@ impl Cluster {
                 *self.last_rebalance.lock() = previous;
             }
             if request.limit.is_none() {
-                self.owes_handover.store(
-                    report.failed > 0 || report.copy_failed > 0,
-                    std::sync::atomic::Ordering::Release,
-                );
+                let whole = report.failed == 0 && report.copy_failed == 0;
+                self.owes_handover
+                    .store(!whole, std::sync::atomic::Ordering::Release);
+                if whole {
+                    // The ring it ran on (a ring installed meanwhile is still owed).
+                    self.rebalanced_through
+                        .fetch_max(report.ring_version, std::sync::atomic::Ordering::AcqRel);
+                }
             }
             self.metrics
                 .rebalance_finished(report.failed == 0 && report.copy_failed == 0);

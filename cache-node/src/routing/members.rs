@@ -329,6 +329,10 @@ pub struct RoutingTable {
     /// next holder after its copies, where this node's entries went while it was away
     /// (its exit handoff, fallback writes).
     started: std::time::Instant,
+    /// The version of the last ring installed that asked this node to hand off
+    /// ([`Topology::asks_handoff_of`]; 0: none): it owes a handover until a whole
+    /// rebalance on that ring or a later one has sent everything.
+    handoff_asked_at: std::sync::atomic::AtomicU64,
 }
 
 impl RoutingTable {
@@ -344,6 +348,7 @@ impl RoutingTable {
             previous: RwLock::new(None),
             move_window: MOVE_WINDOW,
             started: std::time::Instant::now(),
+            handoff_asked_at: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -402,6 +407,13 @@ impl RoutingTable {
     /// The membership routing now, if any.
     pub fn current(&self) -> Option<Arc<Membership>> {
         self.current.read().clone()
+    }
+
+    /// The version of the last ring installed that asked this node to hand off (0: none
+    /// since it started): see [`Topology::asks_handoff_of`].
+    pub fn handoff_asked_at(&self) -> u64 {
+        self.handoff_asked_at
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The ring version routing now (0 without a topology).
@@ -495,6 +507,14 @@ impl RoutingTable {
             self_state = ?owns,
             "installed ring topology"
         );
+        if let (Some(running), Some(id)) = (current.as_ref(), self.self_id())
+            && next.topology.asks_handoff_of(&running.topology, id)
+        {
+            // The operator asks for this rebalance in the pass that publishes the ring;
+            // saying so here asks again should that call not come or not send everything.
+            self.handoff_asked_at
+                .fetch_max(version, std::sync::atomic::Ordering::AcqRel);
+        }
         let next = Arc::new(next);
         if let Some(replaced) = current.replace(Arc::clone(&next)) {
             // A new version that moves no key (same members, states and replicas: only
