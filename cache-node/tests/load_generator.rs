@@ -420,13 +420,19 @@ async fn in_rounds_a_clear_costs_each_key_one_miss_within_a_round() {
     assert_eq!(clear["puts"], 200, "{clear}");
     assert_eq!(summary["config"]["rounds"], true);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let rounds: Vec<u64> = stdout
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|word| word.strip_prefix(name)?.parse().ok())
+    };
+    let rounds: Vec<(u64, u64)> = stdout
         .lines()
-        .filter_map(|line| line.rsplit_once(" round=")?.1.trim().parse().ok())
+        .filter_map(|line| Some((field(line, "round=")?, field(line, "whole=")?)))
         .collect();
     assert!(
-        rounds.windows(2).all(|w| w[0] <= w[1]) && rounds.last() >= Some(&3),
-        "interval lines end with the rounds completed: {stdout}"
+        rounds.windows(2).all(|w| w[0] <= w[1])
+            && rounds.iter().all(|(picked, whole)| whole <= picked)
+            && rounds.last().is_some_and(|&(_, whole)| whole >= 3),
+        "interval lines end with the rounds all picked and the rounds whole: {stdout}"
     );
 }
 

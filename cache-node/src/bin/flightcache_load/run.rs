@@ -340,7 +340,10 @@ fn close_interval(shared: &Shared, run_start: Instant, from: Instant, to: Instan
     let round = shared
         .chooser
         .rounds_completed()
-        .map_or_else(String::new, |completed| format!(" round={completed}"));
+        .zip(shared.chooser.rounds_whole())
+        .map_or_else(String::new, |(completed, whole)| {
+            format!(" round={completed} whole={whole}")
+        });
     println!(
         "{:>7.1}s {:<12} {}{round}",
         end_s,
@@ -418,7 +421,9 @@ async fn worker(id: u64, mut caller: Caller, shared: Arc<Shared>, mut stop: watc
     let mut rng = Rng::new(shared.seed, id);
     let workload = &shared.workload;
     loop {
-        let index = shared.chooser.pick(&mut rng);
+        // Held to the end of the iteration: the call and its refill.
+        let call = shared.chooser.pick_call(&mut rng);
+        let index = call.index;
         let began = std::time::Instant::now();
         let got = tokio::select! {
             biased;

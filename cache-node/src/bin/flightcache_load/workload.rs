@@ -164,12 +164,16 @@ pub(crate) struct KeyChooser {
 struct Rounds {
     order: Vec<u64>,
     next: usize,
+    /// Rounds every key of which has been picked (the round now read is this index).
     completed: u64,
+    /// Calls not ended yet, by the round of their key (see [`InFlight`]).
+    in_flight: std::collections::BTreeMap<u64, usize>,
     rng: Rng,
 }
 
 impl Rounds {
-    fn next_key(&mut self) -> u64 {
+    /// The next key and the round it belongs to.
+    fn next_key(&mut self) -> (u64, u64) {
         if self.next == self.order.len() {
             self.shuffle();
             self.next = 0;
@@ -177,7 +181,15 @@ impl Rounds {
         }
         let key = self.order[self.next];
         self.next += 1;
-        key
+        (key, self.completed)
+    }
+
+    /// Rounds every call of which has ended: all picked, none still in flight.
+    fn whole(&self) -> u64 {
+        self.in_flight
+            .keys()
+            .next()
+            .map_or(self.completed, |&oldest| oldest.min(self.completed))
     }
 
     /// Fisher-Yates.
@@ -223,6 +235,7 @@ impl KeyChooser {
             order: (0..keys).collect(),
             next: 0,
             completed: 0,
+            in_flight: std::collections::BTreeMap::new(),
             rng: Rng::new(seed, u64::MAX),
         };
         rounds.shuffle();
@@ -238,9 +251,34 @@ impl KeyChooser {
         self.rounds.as_ref().map(|rounds| rounds.lock().completed)
     }
 
+    /// The rounds every call of which has ended, its refill included (each picked
+    /// through [`KeyChooser::pick_call`]); `None` unless in rounds. What a test waits for
+    /// when it needs every key read again since some moment, with nothing still on the
+    /// way.
+    pub(crate) fn rounds_whole(&self) -> Option<u64> {
+        self.rounds.as_ref().map(|rounds| rounds.lock().whole())
+    }
+
+    /// A key for one call, counted in flight in its round until the returned guard drops.
+    pub(crate) fn pick_call(&self, rng: &mut Rng) -> InFlight<'_> {
+        let Some(rounds) = &self.rounds else {
+            return InFlight {
+                index: self.pick(rng),
+                round: None,
+            };
+        };
+        let mut state = rounds.lock();
+        let (index, round) = state.next_key();
+        *state.in_flight.entry(round).or_default() += 1;
+        InFlight {
+            index,
+            round: Some((rounds, round)),
+        }
+    }
+
     pub(crate) fn pick(&self, rng: &mut Rng) -> u64 {
         if let Some(rounds) = &self.rounds {
-            return rounds.lock().next_key();
+            return rounds.lock().next_key().0;
         }
         if self.cdf.is_empty() {
             return rng.0.random_range(0..self.keys);
@@ -248,6 +286,30 @@ impl KeyChooser {
         let u: f64 = rng.0.random();
         let rank = self.cdf.partition_point(|&c| c < u) as u64;
         rank.min(self.keys - 1)
+    }
+}
+
+/// A call's key, counted in flight in its round (in rounds) until dropped.
+pub(crate) struct InFlight<'a> {
+    /// The key index.
+    pub(crate) index: u64,
+    round: Option<(&'a parking_lot::Mutex<Rounds>, u64)>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some((rounds, round)) = self.round else {
+            return;
+        };
+        let mut state = rounds.lock();
+        if let std::collections::btree_map::Entry::Occupied(mut calls) =
+            state.in_flight.entry(round)
+        {
+            *calls.get_mut() -= 1;
+            if *calls.get() == 0 {
+                calls.remove();
+            }
+        }
     }
 }
 
@@ -330,5 +392,30 @@ mod tests {
         chooser.pick(&mut rng);
         assert_eq!(chooser.rounds_completed(), Some(2));
         assert_eq!(KeyChooser::new(10, 0.0).rounds_completed(), None);
+    }
+
+    #[test]
+    fn a_round_is_whole_once_every_call_of_it_has_ended() {
+        let chooser = KeyChooser::in_rounds(4, 7);
+        let mut rng = Rng::new(1, 0);
+        let slow = chooser.pick_call(&mut rng);
+        let quick: Vec<_> = (0..3).map(|_| chooser.pick_call(&mut rng)).collect();
+        drop(quick);
+        assert_eq!(chooser.rounds_whole(), Some(0), "no round all picked yet");
+        // The next round begins while the first one's slow call is still on its way.
+        let next = chooser.pick_call(&mut rng);
+        assert_eq!(chooser.rounds_completed(), Some(1));
+        assert_eq!(
+            chooser.rounds_whole(),
+            Some(0),
+            "a call of round 0 is in flight"
+        );
+        drop(slow);
+        assert_eq!(chooser.rounds_whole(), Some(1));
+        drop(next);
+        assert_eq!(chooser.rounds_whole(), Some(1), "round 1 is not all picked");
+        let uniform = KeyChooser::new(10, 0.0);
+        assert!(uniform.pick_call(&mut rng).index < 10);
+        assert_eq!(uniform.rounds_whole(), None);
     }
 }
