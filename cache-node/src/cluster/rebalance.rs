@@ -82,18 +82,17 @@ impl Cluster {
                 // operator asks again.
                 *self.last_rebalance.lock() = previous;
             }
+            let sent_all = report.failed == 0 && report.copy_failed == 0;
             if request.limit.is_none() {
-                let whole = report.failed == 0 && report.copy_failed == 0;
                 self.owes_handover
-                    .store(!whole, std::sync::atomic::Ordering::Release);
-                if whole {
+                    .store(!sent_all, std::sync::atomic::Ordering::Release);
+                if sent_all {
                     // The ring it ran on (a ring installed meanwhile is still owed).
                     self.rebalanced_through
                         .fetch_max(report.ring_version, std::sync::atomic::Ordering::AcqRel);
                 }
             }
-            self.metrics
-                .rebalance_finished(report.failed == 0 && report.copy_failed == 0);
+            self.metrics.rebalance_finished(sent_all);
             report
         };
         tracing::info!(
