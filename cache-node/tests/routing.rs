@@ -110,6 +110,12 @@ async fn an_unreachable_owner_costs_a_miss_that_names_it_while_other_keys_are_se
         "{}",
         err.message()
     );
+    // Its `stats` say so: one peer skipped now (a check waits for 0 instead of sleeping).
+    let answer = action(&mut cluster.admin(cluster.node(0)).await, "stats", b"")
+        .await
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(stats["peersSkipped"], 1, "{stats}");
     let err = via0.get_flight_info(path(&on1)).await.unwrap_err();
     assert_eq!(common::status(err).code(), Code::NotFound);
     // A write goes to the key's next candidate and is read back from there while the

@@ -429,6 +429,12 @@ pub struct StatsAnswer {
     /// begun once every node reports the one before.
     #[serde(default)]
     pub tls: Option<TlsInUse>,
+    /// Peers this node's calls skip right now: a call could not reach them less than
+    /// 1 s ago, or another call is trying whether they are back (the peer breakers of
+    /// `routing::health`); 0 from nodes that predate it. A check waits for 0 before
+    /// reading through the node, instead of sleeping out the breakers.
+    #[serde(default)]
+    pub peers_skipped: u64,
 }
 
 /// The TLS material a node uses now, as SHA-256 fingerprints (lowercase hex) of DER
@@ -796,7 +802,7 @@ mod tests {
                "generation":7,"hits":10,"holdsStrays":true,"inserts":6,
                "lastRebalanceMsAgo":4200,"locationMode":"proxy","maxEntries":10000,
                "maxEntryBytes":8388608,"memberId":"hot-1","memberState":"draining",
-               "misses":2,"owesHandover":true,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
+               "misses":2,"owesHandover":true,"peersSkipped":1,"rejectedPuts":1,"replicas":2,"reservedBytes":0,"ringVersion":9,
                "readsZones":true,"tls":{"servedSha256":"5e1f","trustedSha256":["0a0b","0c0d"]},
                "ttl":"1h 30m","ttlMode":"sliding","uptimeMs":7200000,
                "usedBytes":4096}"#,
@@ -854,7 +860,7 @@ wIc2uhzJD7rDqiTt2KxvUg==
                "evictions":{"expired":0,"explicit":0,"migrated":0,"replaced":0,"size":0},
                "generation":1,"hits":0,"holdsStrays":false,"inserts":0,"locationMode":"direct",
                "maxEntries":100,"maxEntryBytes":512,"memberId":null,"memberState":null,"misses":0,
-               "owesHandover":false,"readsZones":true,"rejectedPuts":0,"tls":null,"replicas":1,"reservedBytes":0,
+               "owesHandover":false,"peersSkipped":0,"readsZones":true,"rejectedPuts":0,"tls":null,"replicas":1,"reservedBytes":0,
                "ringVersion":0,"ttl":"5m","ttlMode":"absolute","uptimeMs":15,
                "lastRebalanceMsAgo":null,"usedBytes":0}"#,
         );

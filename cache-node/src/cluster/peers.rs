@@ -227,6 +227,11 @@ impl Peers {
         self.health.lock().answered(&peer.address);
     }
 
+    /// How many peers calls skip right now (down, or being tried): the node's `stats`.
+    pub fn skipped_now(&self) -> usize {
+        self.health.lock().skipped(std::time::Instant::now())
+    }
+
     /// How long a read admitted to `peer` may wait for it to start answering: `usual`, or
     /// [`crate::routing::health::TRY_READ_DEADLINE`] when it is the one call trying whether
     /// the peer that was down is back.

@@ -232,5 +232,6 @@ pub fn stats_answer(store: &Store, live: &LiveConfig) -> admin::StatsAnswer {
         // publish them to it.
         reads_zones: true,
         tls: None,
+        peers_skipped: 0,
     }
 }

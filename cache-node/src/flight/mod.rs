@@ -766,6 +766,8 @@ impl FlightService for FlightCacheService {
                         holds_strays: self.cluster.holds_strays(),
                         owes_handover: self.cluster.owes_handover(),
                         tls: self.cluster.peers().tls_in_use(),
+                        peers_skipped: u64::try_from(self.cluster.peers().skipped_now())
+                            .unwrap_or(u64::MAX),
                         ..actions::node_stats(&self.store, &self.live, routing)
                     };
                     Bytes::from(admin::encode(&answer))

@@ -115,6 +115,21 @@ impl PeerHealth {
         }
     }
 
+    /// How many peers a call would skip at `now`: down (a call could not reach them less
+    /// than [`DOWN_FOR`] ago), or being tried by another call. The node's `stats` report
+    /// it, so a check can wait until its calls reach every peer again instead of sleeping.
+    pub fn skipped(&self, now: Instant) -> usize {
+        self.open
+            .values()
+            .filter(|open| {
+                now < open.until
+                    || open
+                        .trying_since
+                        .is_some_and(|since| now.saturating_duration_since(since) < TRY_STALE_AFTER)
+            })
+            .count()
+    }
+
     /// `address` answered a call: calls go to it again.
     pub fn answered(&mut self, address: &str) {
         if !self.open.is_empty() {
@@ -140,6 +155,36 @@ mod tests {
         assert!(health.trying(PEER));
         health.answered(PEER);
         assert!(!health.trying(PEER), "back: calls as usual");
+    }
+
+    #[test]
+    fn skipped_counts_the_peers_a_call_would_fail_over_from_now() {
+        let mut health = PeerHealth::default();
+        let t0 = Instant::now();
+        assert_eq!(health.skipped(t0), 0);
+        health.unreachable(PEER, t0);
+        health.unreachable("n-2:50051", t0);
+        assert_eq!(health.skipped(t0), 2, "both down");
+        let over = t0 + DOWN_FOR;
+        assert_eq!(
+            health.skipped(over),
+            0,
+            "down time over: the next call may go"
+        );
+        assert_eq!(health.admit(PEER, over), Ok(()));
+        assert_eq!(
+            health.skipped(over),
+            1,
+            "one tried: calls skip it meanwhile"
+        );
+        health.answered(PEER);
+        assert_eq!(health.skipped(over), 0, "it answered");
+        assert_eq!(health.admit("n-2:50051", over), Ok(()));
+        assert_eq!(
+            health.skipped(over + TRY_STALE_AFTER),
+            0,
+            "a try that never reported lets the next call go"
+        );
     }
 
     #[test]
