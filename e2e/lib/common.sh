@@ -44,7 +44,7 @@ ZONE_LABEL=topology.kubernetes.io/zone
 node_count() { cat "$STATE/nodes" 2>/dev/null || echo 1; }
 node_zone() { local letters=abcdefgh; echo "zone-${letters:$1-1:1}"; }
 # home_node: node 1's name (the host's kubelet; the one node no node-level fault takes).
-home_node() { "$STATE/bin/kubectl" --kubeconfig "$KUBECONFIG_FILE" get nodes -l "$ZONE_LABEL=$(node_zone 1)" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
+home_node() { kctl get nodes -l "$ZONE_LABEL=$(node_zone 1)" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null; }
 netns_node_name() { echo "fc-node-$1"; }   # node K >= 2: node name = its network namespace
 netns_node_ip() { echo "10.243.0.$1"; }
 netns_node_sock() { echo "$STATE/n$1/containerd.sock"; }
