@@ -58,6 +58,22 @@ struct Open {
     trying_since: Option<Instant>,
 }
 
+impl Open {
+    /// Why a call at `now` skips this peer: down until `until`, then tried by one call at
+    /// a time (until that try reports, or goes stale); none once a call may try it.
+    fn skip_at(&self, now: Instant) -> Option<Skip> {
+        if now < self.until {
+            return Some(Skip::Down);
+        }
+        match self.trying_since {
+            Some(since) if now.saturating_duration_since(since) < TRY_STALE_AFTER => {
+                Some(Skip::Trying)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The breakers of a node's peers, by address.
 #[derive(Debug, Default)]
 pub struct PeerHealth {
@@ -74,18 +90,11 @@ impl PeerHealth {
         let Some(open) = self.open.get_mut(address) else {
             return Ok(());
         };
-        if now < open.until {
-            return Err(Skip::Down);
+        if let Some(skip) = open.skip_at(now) {
+            return Err(skip);
         }
-        match open.trying_since {
-            Some(since) if now.saturating_duration_since(since) < TRY_STALE_AFTER => {
-                Err(Skip::Trying)
-            }
-            _ => {
-                open.trying_since = Some(now);
-                Ok(())
-            }
-        }
+        open.trying_since = Some(now);
+        Ok(())
     }
 
     /// Whether the one call let through to `address` is trying whether it is back: the
@@ -121,12 +130,7 @@ impl PeerHealth {
     pub fn skipped(&self, now: Instant) -> usize {
         self.open
             .values()
-            .filter(|open| {
-                now < open.until
-                    || open
-                        .trying_since
-                        .is_some_and(|since| now.saturating_duration_since(since) < TRY_STALE_AFTER)
-            })
+            .filter(|open| open.skip_at(now).is_some())
             .count()
     }
 
