@@ -98,6 +98,32 @@ class SourceMtimes(unittest.TestCase):
         self.assertIn("1 files as recorded", out)
         self.assertGreater(self.mtime(fresh, "src/a.rs"), OLD_NS)
 
+    def test_sources_that_tie_a_build_to_its_tree_are_refused_by_name(self):
+        files = {
+            "pkg/Cargo.toml": "[package]\n",
+            "pkg/src/lib.rs": 'const A: &str = include_str!("../data/inside.txt");\n',
+            "pkg/data/inside.txt": "inside the package\n",
+            "pkg/tests/golden.rs": 'fn dir() -> &\'static str { env!("CARGO_MANIFEST_DIR") }\n',
+            "pkg/src/docs.rs": '\n\nconst D: &str = include_str!("../../docs/x.md");\n',
+        }
+        for name, text in files.items():
+            os.makedirs(os.path.join(self.origin, os.path.dirname(name)), exist_ok=True)
+            with open(os.path.join(self.origin, name), "w") as out:
+                out.write(text)
+        git(self.origin, "add", ".")
+        git(self.origin, "commit", "-qm", "tree-bound")
+        fresh = self.clone("fresh")
+        for command in ("restore", "save"):
+            proc = subprocess.run([SCRIPT, command, self.target], cwd=fresh,
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertIn("pkg/tests/golden.rs:1: env!", proc.stderr)
+            self.assertIn("pkg/src/docs.rs:3: includes ../../docs/x.md, outside its package",
+                          proc.stderr)
+            self.assertNotIn("lib.rs", proc.stderr)
+        # Refused before touching anything: the clone keeps its own mtimes.
+        self.assertGreater(self.mtime(fresh, "src/a.rs"), OLD_NS)
+
 
 if __name__ == "__main__":
     unittest.main()

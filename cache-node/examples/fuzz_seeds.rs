@@ -25,9 +25,13 @@ use futures::StreamExt;
 use prost::Message;
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
-        .join(target);
+    // At run time (cargo run sets it), not env!: a reused build writes into this clone.
+    let dir = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("run it as `cargo run -p cache-node --example fuzz_seeds`"),
+    )
+    .join("fuzz/corpus")
+    .join(target);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(name), bytes).unwrap();
 }

@@ -295,6 +295,34 @@ async fn a_warm_run_is_all_verified_hits() {
 }
 
 #[tokio::test]
+async fn a_paced_run_reads_at_most_its_rate() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let (output, summary) = run_load(
+        args(&node.addr, &out, &["--duration", "2s", "--rate", "40"]),
+        &out,
+    )
+    .await;
+
+    assert_eq!(summary["config"]["rate_per_s"], 40, "{summary}");
+    let totals = &summary["totals"];
+    let gets = totals["gets"].as_u64().unwrap();
+    let run = totals["seconds"].as_f64().unwrap();
+    // 4 workers, each one read per 100 ms from its first tick: at most 40 per second of
+    // the run plus one first read per worker. A closed loop on a local node reads
+    // thousands in the same time.
+    let most = (40.0 * run).floor() as u64 + 4;
+    assert!(
+        gets > 0 && gets <= most,
+        "{gets} gets in {run} s, at most {most}"
+    );
+    assert_eq!(totals["errors"], 0, "{}", summary["error_samples"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("4 workers at 40 reads/s"), "{stdout}");
+}
+
+#[tokio::test]
 async fn a_clear_mid_run_gives_misses_that_are_refilled_and_the_hit_ratio_recovers() {
     let node = Node::start(&[]);
     let dir = tempfile::tempdir().unwrap();

@@ -2,6 +2,7 @@
 //! server, and the minimal one gets every default.
 #![allow(
     clippy::unwrap_used,
+    clippy::expect_used,
     clippy::panic,
     reason = "test helpers outside #[test] functions"
 )]
@@ -11,9 +12,11 @@ use crds::node_config::{EvictionPolicy, TtlMode};
 use crds::{CacheCluster, CacheClusterSpec};
 
 fn example(name: &str) -> CacheCluster {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/examples")
-        .join(name);
+    let path = std::path::Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../docs/examples")
+    .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -85,8 +88,10 @@ fn the_full_example_sets_every_field_and_is_valid() {
 
 #[test]
 fn the_invalidation_example_names_a_tag_and_a_key_on_every_pool() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/examples/cacheinvalidation.yaml");
+    let path = std::path::Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../docs/examples/cacheinvalidation.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let inv: crds::CacheInvalidation = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(inv.spec.cluster, "results");

@@ -34,7 +34,12 @@ fn main() -> ExitCode {
 /// Generates both files; returns whether everything is up to date (always true when
 /// writing).
 fn run(check: bool) -> Result<bool, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // At run time, not env!: a binary reused by a fresh clone must write into that clone.
+    let root = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .ok_or("CARGO_MANIFEST_DIR is not set: run it as `cargo run -p crds --bin crdgen`")?,
+    )
+    .join("..");
     let crd = generate::crd_json().map_err(|e| e.to_string())?;
     let outputs = [
         (

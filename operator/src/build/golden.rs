@@ -8,9 +8,13 @@ use std::path::PathBuf;
 
 /// Compares `value` as pretty JSON with the golden file `name`.
 pub fn assert_golden<T: serde::Serialize>(name: &str, value: &T) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
+    // At run time, not env!: a test binary a fresh clone reuses must compare that clone's
+    // golden files (scripts/source-mtimes).
+    let path = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/golden")
+    .join(name);
     let actual = serde_json::to_string_pretty(value).unwrap() + "\n";
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -39,6 +39,14 @@ pub(crate) struct Cli {
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub(crate) concurrency: u64,
 
+    /// At most this many reads per second, all workers together (each worker paced at
+    /// its share, a miss's refill inside its read's slot). Without it each worker reads
+    /// again as soon as its answer comes: a closed loop that takes whatever the machine
+    /// gives. The warm phase is never paced.
+    #[arg(long, env = "FLIGHTCACHE_LOAD_RATE",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) rate: Option<u64>,
+
     /// How long the run phase lasts (after the warm phase), e.g. `60s`, `5m`.
     #[arg(long, env = "FLIGHTCACHE_LOAD_DURATION", default_value = "60s",
           value_parser = humantime::parse_duration)]
@@ -182,16 +190,19 @@ mod tests {
         assert!(!cli.ring && !cli.no_warm);
         assert_eq!(cli.zipf, 1.0);
         assert!(!cli.rounds);
+        assert_eq!(cli.rate, None);
     }
 
     #[test]
     fn invalid_flags_are_refused_naming_the_flag() {
-        let cases: [(&[&str], &str); 5] = [
+        let cases: [(&[&str], &str); 7] = [
             (&["--concurrency", "0"], "--concurrency"),
             (&["--keys=0"], "--keys"),
             (&["--duration", "soon"], "--duration"),
             (&["--report-every", "0s"], "--report-every"),
             (&["--zipf=-1"], "--zipf"),
+            (&["--rate", "0"], "--rate"),
+            (&["--rate", "fast"], "--rate"),
         ];
         for (args, flag) in cases {
             let mut argv = vec!["flightcache-load", "--target", "h:1"];

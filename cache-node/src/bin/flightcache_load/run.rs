@@ -55,6 +55,8 @@ struct RunConfig {
     keys: u64,
     rows: usize,
     concurrency: u64,
+    /// `--rate`: reads per second, all workers together; null for a closed loop.
+    rate_per_s: Option<u64>,
     duration_s: f64,
     report_every_s: f64,
     zipf_s: f64,
@@ -131,6 +133,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         keys,
         rows,
         concurrency,
+        rate,
         duration,
         ring,
         report_every,
@@ -177,6 +180,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
         keys,
         rows,
         concurrency,
+        rate_per_s: rate,
         duration_s: duration.as_secs_f64(),
         report_every_s: report_every.as_secs_f64(),
         zipf_s: zipf,
@@ -210,8 +214,9 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
             message,
         })?;
     println!(
-        "connected to {address} ({}); {keys} keys of {rows} rows, {concurrency} workers, {}",
+        "connected to {address} ({}); {keys} keys of {rows} rows, {concurrency} workers{}, {}",
         if ring { "ring-aware client" } else { "direct" },
+        rate.map_or_else(String::new, |rate| format!(" at {rate} reads/s")),
         humantime::format_duration(duration)
     );
 
@@ -261,11 +266,23 @@ pub(crate) async fn run(cli: Cli) -> Result<(), LoadError> {
     }
     let run_start = Instant::now();
     let end = run_start + duration;
+    // Each worker's share of --rate: one read every `concurrency / rate` seconds, the
+    // workers' first reads spread over one such period so they do not start in step.
+    let period = rate.map(|rate| Duration::from_secs_f64(concurrency as f64 / rate as f64));
     let mut workers = JoinSet::new();
     for (id, caller) in callers.into_iter().enumerate() {
+        let pace = period.map(|period| {
+            let first = run_start + period.mul_f64(id as f64 / concurrency as f64);
+            let mut ticks = tokio::time::interval_at(first, period);
+            // After a slow answer the next read waits a whole period: a paced load
+            // never bursts to catch up.
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks
+        });
         workers.spawn(worker(
             id as u64,
             caller,
+            pace,
             Arc::clone(&shared),
             stop_rx.clone(),
         ));
@@ -416,11 +433,25 @@ async fn warm(
     (warm, callers)
 }
 
-/// One cache-aside reader: pick a key, DoGet, verify a hit, refill a miss.
-async fn worker(id: u64, mut caller: Caller, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// One cache-aside reader: pick a key, DoGet, verify a hit, refill a miss; with `pace`
+/// (`--rate`), each read waits for its tick.
+async fn worker(
+    id: u64,
+    mut caller: Caller,
+    mut pace: Option<tokio::time::Interval>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut rng = Rng::new(shared.seed, id);
     let workload = &shared.workload;
     loop {
+        if let Some(ticks) = pace.as_mut() {
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => return,
+                _ = ticks.tick() => {}
+            }
+        }
         // Held to the end of the iteration: the call and its refill.
         let call = shared.chooser.pick_call(&mut rng);
         let index = call.index;
