@@ -205,6 +205,15 @@ impl Sender {
         }
     }
 
+    /// This sender, naming `peer`'s ring version ([`Peer::ring_version`]) as the one it
+    /// routed by: a request the node forwards for a client names the ring that chose its
+    /// peer, not one installed since.
+    #[must_use]
+    pub fn routed_to(mut self, peer: &Peer) -> Self {
+        self.ring_version = peer.ring_version;
+        self
+    }
+
     /// This sender, asking for what the peer holds ([`READ_HEADER`]): the peer answers
     /// from its store alone, without asking the key's other copies or previous holders.
     #[must_use]

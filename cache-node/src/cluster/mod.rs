@@ -343,7 +343,7 @@ impl Cluster {
             &self.peers,
             &self.replay_budget,
             peer,
-            &self.sender(),
+            &self.sender().routed_to(peer),
             first,
             input,
             metadata,
@@ -370,6 +370,13 @@ impl Cluster {
         action: Action,
         metadata: &MetadataMap,
     ) -> Result<Bytes> {
-        forward::do_action(&self.peers, peer, &self.sender(), action, metadata).await
+        forward::do_action(
+            &self.peers,
+            peer,
+            &self.sender().routed_to(peer),
+            action,
+            metadata,
+        )
+        .await
     }
 }

@@ -208,7 +208,10 @@ impl Cluster {
                 Route::Forward(peer) if missed_here => {
                     remote(peer, self.sender().asking_for_a_copy()).await
                 }
-                Route::Forward(peer) => remote(peer, self.sender()).await,
+                Route::Forward(peer) => {
+                    let sender = self.sender().routed_to(&peer);
+                    remote(peer, sender).await
+                }
             };
             match result {
                 Ok(value) => return Ok(value),
@@ -337,13 +340,13 @@ impl Cluster {
         let choices = self
             .routing
             .choices(&key.to_store_bytes(), forwarded.as_ref())?;
-        let sender = self.sender();
         let mut removed = false;
         let mut failure = None;
         for choice in choices {
             match choice {
                 Route::Local => removed |= self.store.invalidate(&key.to_store_bytes()),
                 Route::Forward(peer) => {
+                    let sender = self.sender().routed_to(&peer);
                     match forward::do_action(&self.peers, &peer, &sender, action.clone(), metadata)
                         .await
                     {

@@ -64,13 +64,28 @@ use crate::routing::ring::{MemberId, MemberState, Ring, RingMember};
 use RoutingError as Error;
 
 /// A ring member a request can be forwarded to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Peer {
     /// The member id (pod name).
     pub id: MemberId,
     /// Its Flight address, `host:port`.
     pub address: String,
+    /// The version of the ring it was chosen by: what a request forwarded to it names as
+    /// the ring it was routed by. A ring installed between the choice and the send must
+    /// not be claimed instead: the receiver, on that newer ring, would find the request
+    /// routed by it to a node it does not own and refuse it (`RingDisagreement`, a CI run's
+    /// one failed call as a frozen owner came back into the ring).
+    pub ring_version: u64,
 }
+
+/// The same member at the same address, whichever ring version each was chosen by.
+impl PartialEq for Peer {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.address == other.address
+    }
+}
+
+impl Eq for Peer {}
 
 /// Where a request for a key is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +177,7 @@ impl Membership {
             .map(|member| Peer {
                 id: member.id.clone(),
                 address: member.address.clone(),
+                ring_version: self.ring.version(),
             })
     }
 }
@@ -599,9 +615,44 @@ mod tests {
             route(&theirs),
             Route::Forward(Peer {
                 id: "n-2".into(),
-                address: "127.0.0.1:50053".into()
+                address: "127.0.0.1:50053".into(),
+                ring_version: 1,
             })
         );
+        let Route::Forward(peer) = route(&theirs) else {
+            unreachable!("forwarded above")
+        };
+        assert_eq!(peer.ring_version, membership.ring().version());
+    }
+
+    #[test]
+    fn a_peer_names_the_ring_that_chose_it_though_a_newer_one_came_before_the_send() {
+        // n-0 routes a key to its owner n-1 by ring 1; ring 2 (n-3 joins and takes the key)
+        // is installed on n-0 before the request leaves, and n-1 already runs it.
+        let table = RoutingTable::new(Some("n-0".into()), Some(three(1))).unwrap();
+        let (before, after) = (
+            Membership::new(three(1)).unwrap(),
+            Membership::new(four(2)).unwrap(),
+        );
+        let moved = key_moved(&before, &after, "n-1", "n-3");
+        let Route::Forward(peer) = table.route(&moved, None).unwrap() else {
+            unreachable!("n-1 owns the key in ring 1")
+        };
+        table.install(&four(2)).unwrap();
+        assert_eq!((peer.id.as_str(), peer.ring_version), ("n-1", 1));
+        assert_eq!(table.version(), 2);
+        // Named by the ring that chose n-1, the request is answered from what n-1 holds;
+        // naming the ring installed since, n-1 would refuse it as a disagreement.
+        let by = |ring_version| ForwardedBy {
+            member: "n-0".into(),
+            ring_version,
+        };
+        let at_n1 = |by: &ForwardedBy| choices(Some(&after), Some("n-1"), &moved, Some(by));
+        assert_eq!(at_n1(&by(peer.ring_version)).unwrap(), vec![Route::Local]);
+        assert!(matches!(
+            at_n1(&by(table.version())),
+            Err(Error::RingDisagreement { .. })
+        ));
     }
 
     #[test]
@@ -745,7 +796,8 @@ mod tests {
             holders,
             vec![Peer {
                 id: "n-1".into(),
-                address: "127.0.0.1:50052".into()
+                address: "127.0.0.1:50052".into(),
+                ring_version: 1,
             }]
         );
         // A key that did not move has no previous holder to ask.

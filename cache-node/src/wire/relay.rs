@@ -172,7 +172,7 @@ impl RelayNode {
         add_forwarding_headers(
             outgoing.headers_mut(),
             &metadata,
-            &forward::Sender::of(&self.routing),
+            &forward::Sender::of(&self.routing).routed_to(peer),
             &self.peers,
         );
         let call = async {
@@ -587,6 +587,7 @@ mod tests {
             owner: Peer {
                 id: "pool-2".into(),
                 address: "127.0.0.1:1".into(),
+                ring_version: 1,
             },
             peers: Peers::default(),
             ended: false,
